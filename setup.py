@@ -1,0 +1,44 @@
+"""verl-sglang-lora: LoRA (FSDP / Megatron) with SGLang rollouts for verl, as a plugin.
+
+Version ranges follow docs/compatibility.md. Note: `verl[sglang]==0.9.1` cannot be installed as published
+(its extra pins sglang==0.5.12, which pins transformers==5.6.0, while verl 0.9.1 excludes transformers 5.6.0);
+README.md, Install, gives a recipe that works.
+"""
+
+from setuptools import setup
+
+setup(
+    name="verl-sglang-lora",
+    version="0.1.0",
+    description="Hot-swapped LoRA adapters in SGLang rollouts for verl (rollout.name=sglang_lora)",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=[
+        "verl_sglang_lora",
+        "verl_sglang_lora.sglang_contract",
+        "verl_sglang_lora.sync",
+        "verl_sglang_lora.configs",
+        "verl_sglang_lora.configs.sglang_lora",
+    ],
+    package_dir={"verl_sglang_lora.configs": "configs", "verl_sglang_lora.configs.sglang_lora": "configs/sglang_lora"},
+    package_data={"verl_sglang_lora.configs": ["*.yaml"], "verl_sglang_lora.configs.sglang_lora": ["*.yaml"]},
+    install_requires=[
+        "verl>=0.8.0,<0.10",
+        "torch",
+        "aiohttp",
+        "hydra-core>=1.3",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-asyncio", "peft", "ray[default]>=2.41", "msgspec", "pydantic>=2"],
+        # SGLang releases checked in docs/compatibility.md. With verl 0.9.1 install SGLang without its
+        # transformers pin (see README): `pip install sglang==0.5.12 --no-deps` + its runtime deps.
+        "sglang": ["sglang>=0.5.8,<=0.5.23"],
+        "fsdp": ["peft"],
+        "megatron": ["megatron-core", "peft"],
+    },
+    entry_points={
+        "verl.plugins": ["sglang_lora = verl_sglang_lora.register"],
+        "console_scripts": ["verl-sglang-lora = verl_sglang_lora.cli:main"],
+    },
+)

@@ -1,0 +1,101 @@
+"""LoRA launch args against SGLang's own ServerArgs LoRA check and target-module normalizer."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import sglang_or_skip
+from verl_sglang_lora.lora_mode import lora_plan
+from verl_sglang_lora.sglang_contract.launch_args import LoRAConfigError, lora_launch_args, sglang_target_modules
+from verl_sglang_lora.sglang_server_args import apply_lora_args, wrap_server_args
+
+
+def _server_args_cls():
+    return sglang_or_skip("sglang.srt.server_args").ServerArgs
+
+
+def _run_sglang_lora_check(overrides: dict):
+    """Run the installed SGLang's ``ServerArgs.check_lora_server_args`` on ServerArgs' own defaults + overrides.
+
+    ServerArgs.__post_init__ probes the GPU, so the object is built from the dataclass defaults; the LoRA
+    check itself is SGLang's real method.
+    """
+    cls = _server_args_cls()
+    defaults = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+        else:
+            defaults[f.name] = None
+    ns = SimpleNamespace(**{**defaults, **overrides})
+    cls.check_lora_server_args(ns)
+    return ns
+
+
+def test_all_linear_becomes_sglang_sentinel_and_passes_its_check():
+    args = lora_launch_args(lora_plan({"lora_rank": 32, "target_modules": "all-linear", "lora": {}}))
+    assert args["lora_target_modules"] == ["all"] and args["max_lora_rank"] == 32
+    ns = _run_sglang_lora_check(args)
+    assert ns.lora_target_modules == {"all"}
+
+
+def test_the_bug_this_prevents_is_real_in_installed_sglang():
+    """A bare string reaches SGLang's set() and is torn into characters (seed layer 1)."""
+    ns = _run_sglang_lora_check({"enable_lora": True, "max_lora_rank": 32, "lora_target_modules": "all-linear"})
+    assert "i" in ns.lora_target_modules and "all" not in ns.lora_target_modules
+
+
+def test_explicit_list_is_kept_as_list_and_checked_by_sglang():
+    modules = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    args = lora_launch_args(lora_plan({"lora_rank": 8, "target_modules": modules, "lora": {}}))
+    assert args["lora_target_modules"] == modules
+    assert _run_sglang_lora_check(args).lora_target_modules == set(modules)
+
+
+def test_megatron_module_names_map_to_hf_names_sglang_supports():
+    out = sglang_target_modules(["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"])
+    assert out == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    get_normalized_target_modules = sglang_or_skip("sglang.srt.lora.utils").get_normalized_target_modules
+    assert get_normalized_target_modules(out) == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+
+
+@pytest.mark.parametrize("bad", [".*proj", "q_proj", "model.layers.0.self_attn.q_proj"])
+def test_regex_string_refused_naming_the_setting(bad):
+    with pytest.raises(LoRAConfigError, match=r"actor_rollout_ref\.model\.target_modules.*all-linear"):
+        sglang_target_modules(bad)
+
+
+def test_module_sglang_cannot_serve_is_refused():
+    sglang_or_skip("sglang.srt.server_args")
+    with pytest.raises(LoRAConfigError, match="cannot serve as LoRA targets"):
+        sglang_target_modules(["q_proj", "conv1d"])
+
+
+def test_max_rank_below_lora_rank_refused():
+    with pytest.raises(LoRAConfigError, match="max_lora_rank"):
+        lora_launch_args(lora_plan({"lora_rank": 32, "lora": {}}), max_lora_rank=16)
+
+
+def test_merge_mode_and_no_lora_launch_without_lora():
+    assert lora_launch_args(lora_plan({"lora_rank": 32, "lora": {"merge": True}})) == {}
+    assert lora_launch_args(lora_plan({"lora_rank": 0, "lora": {}})) == {}
+
+
+def test_server_args_wrapper_keeps_dataclass_fields_and_overrides_verl_lora_keys():
+    cls = _server_args_cls()
+    wrapped = wrap_server_args(cls, {"enable_lora": True, "max_lora_rank": 8, "lora_target_modules": ["all"]})
+    # verl 0.9.1 calls dataclasses.fields(ServerArgs) inside launch_server
+    assert [f.name for f in dataclasses.fields(wrapped)] == [f.name for f in dataclasses.fields(cls)]
+    declared = set(cls.__dataclass_fields__)
+    # whatever verl put (the 0.8/0.9.0 bare string) is replaced
+    final = apply_lora_args({"model_path": "m", "lora_target_modules": "all-linear", "enable_lora": True}, {"enable_lora": True, "max_lora_rank": 8, "lora_target_modules": ["all"]}, declared)
+    assert final["lora_target_modules"] == ["all"]
+    # merge mode strips verl's LoRA keys entirely
+    assert "enable_lora" not in apply_lora_args({"model_path": "m", "enable_lora": True}, {}, declared)
+    with pytest.raises(TypeError, match="does not declare"):
+        apply_lora_args({}, {"no_such_field": 1}, declared)

@@ -1,0 +1,59 @@
+"""How LoRA is served, decided once from the config.
+
+verl keeps two LoRA blocks that are never synced: FSDP reads the flat ``model.lora_rank/lora_alpha/
+target_modules``, Megatron reads ``model.lora.{rank,alpha,target_modules}``; both read ``model.lora.merge``.
+Every decision that depends on "is the adapter hot-swapped into SGLang" (launch args, sleep level, memory
+tags, ``lora_path`` on requests) derives from :func:`lora_plan` so they can never disagree -- the seed's
+layer 4 was exactly two of them disagreeing on the first step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from verl_sglang_lora.config_access import cfg_get, to_plain
+
+
+@dataclass(frozen=True)
+class LoRAPlan:
+    """The LoRA facts the rollout needs, normalized across the FSDP and Megatron config blocks."""
+
+    rank: int
+    alpha: float
+    target_modules: Any
+    merge: bool
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+    @property
+    def as_adapter(self) -> bool:
+        """Adapter mode: SGLang keeps the base weights resident and receives only LoRA tensors."""
+        return self.enabled and not self.merge
+
+    @property
+    def sleep_level(self) -> int:
+        """verl's convention: 1 releases only the KV cache, 2 releases KV cache and weights."""
+        return 1 if self.as_adapter else 2
+
+
+def lora_plan(model_config: Any) -> LoRAPlan:
+    """Read the LoRA settings from whichever block carries them (``model.lora.*`` wins when set)."""
+    block = to_plain(cfg_get(model_config, "lora", {})) or {}
+    flat_rank = int(cfg_get(model_config, "lora_rank", 0) or 0)
+    block_rank = int(block.get("rank", 0) or 0)
+    rank = max(flat_rank, block_rank)
+    if block_rank > 0:
+        alpha = block.get("alpha", cfg_get(model_config, "lora_alpha", rank))
+        target = block.get("target_modules", cfg_get(model_config, "target_modules", "all-linear"))
+    else:
+        alpha = cfg_get(model_config, "lora_alpha", rank)
+        target = cfg_get(model_config, "target_modules", "all-linear")
+    return LoRAPlan(
+        rank=rank,
+        alpha=float(alpha or rank),
+        target_modules=to_plain(target) if target is not None else "all-linear",
+        merge=bool(block.get("merge", False)),
+    )

@@ -1,0 +1,22 @@
+"""Importing this module registers ``sglang_lora`` with verl. It is reached three ways, so that every
+process of a run -- driver, TaskRunner, each Ray worker -- has the name on every supported verl:
+
+1. the ``verl.plugins`` entry point (verl >= 0.9.0 loads it on ``import verl``, but swallows errors at DEBUG
+   level, hence the WARNING below);
+2. ``actor_rollout_ref.model.external_lib=verl_sglang_lora.register`` (set by the Hydra overlay; verl imports
+   it whenever it builds its model config, on every release including 0.8.0, which has no entry points);
+3. ``VERL_USE_EXTERNAL_MODULES=verl_sglang_lora.register`` in the Ray runtime env (set by the overlay), which
+   ``import verl`` honours in every worker process.
+"""
+
+import logging
+
+from verl_sglang_lora.registration import register
+
+try:
+    register()
+except Exception as _exc:  # verl's entry-point loop would hide this at DEBUG level
+    logging.getLogger("verl_sglang_lora").warning(
+        "verl-sglang-lora could not register rollout.name=sglang_lora: %s: %s", type(_exc).__name__, _exc
+    )
+    raise

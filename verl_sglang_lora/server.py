@@ -1,0 +1,222 @@
+"""``SGLangLoRARollout``: verl's SGLang server actor, with the LoRA contract owned from construction.
+
+Imported only where the replica is built (the trainer process) and inside the actor itself; it needs an
+installed SGLang. Everything that decides *what* to do lives in small modules (``lora_mode``,
+``memory_tags``, ``sglang_contract``, ``sync``); this class wires them into verl's actor:
+
+- ``sleep_level``, the memory-tag ledger and the LoRA launch args are fixed in ``__init__`` from the config;
+- ``ServerArgs`` is built with the plugin's LoRA keys, whatever verl's own ``launch_server`` put there;
+- in adapter mode every generate request names the active adapter version (``lora_path``), and pins it so
+  the version is not unloaded while the request runs; each sample is tagged with that version;
+- ``sleep``/``wake_up`` and the weight-sync client's ``release``/``resume`` all go through one ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import sys
+from typing import Any
+
+import ray
+
+from verl_sglang_lora.lora_mode import lora_plan
+from verl_sglang_lora.memory_tags import KV_CACHE, MemoryTagLedger
+from verl_sglang_lora.settings import PluginSettings
+from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+from verl_sglang_lora.sglang_server_args import wrap_server_args
+from verl_sglang_lora.sync.versions import AdapterVersions, Lease
+from verl_sglang_lora.verl_compat import load_verl_sglang_server
+
+_verl_server = load_verl_sglang_server()
+
+logger = logging.getLogger(__name__)
+logger.setLevel(logging.INFO)
+
+VERL_FIXED_ADAPTER_NAME = "verl_actor_lora_name"  # what verl's own generate() puts in lora_path
+_current_lease: contextvars.ContextVar[Lease | None] = contextvars.ContextVar("sglang_lora_lease", default=None)
+
+
+class SGLangLoRARollout(_verl_server.SGLangHttpServer):
+    """The server actor for ``rollout.name=sglang_lora`` (named like verl's so its ServerAdapter finds it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lora = lora_plan(self.model_config)
+        self.sleep_level = self.lora.sleep_level
+        self.memory = MemoryTagLedger(as_adapter=self.lora.as_adapter)
+        self.settings = PluginSettings.from_rollout_config(self.config)
+        self.adapters = AdapterVersions()
+        # Validated here, before SGLang allocates any GPU memory.
+        self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank)
+        self._raw_generate_request = None
+        self._warned_no_adapter = False
+
+    # ---- launch -------------------------------------------------------------------------------------
+    async def launch_server(self, *args: Any, **kwargs: Any) -> Any:
+        module = sys.modules[_verl_server.SGLangHttpServer.__module__]
+        original = module.ServerArgs
+        module.ServerArgs = wrap_server_args(original, self.lora_args)
+        try:
+            result = await super().launch_server(*args, **kwargs)
+        finally:
+            module.ServerArgs = original
+        if self.lora.as_adapter and getattr(self, "tokenizer_manager", None) is not None:
+            self._pin_adapter_on_every_request()
+        return result
+
+    def _pin_adapter_on_every_request(self) -> None:
+        """Wrap the tokenizer manager's entry point: verl's generate and the HTTP /generate route both pass it."""
+        tm = self.tokenizer_manager
+        raw = tm.generate_request
+        self._raw_generate_request = raw
+
+        async def generate_request(obj: Any, request: Any = None):
+            lease = _current_lease.get()
+            own = self.adapters.acquire() if lease is None else None
+            try:
+                self._name_adapter(obj, lease or own)
+                async for out in raw(obj, request):
+                    yield out
+            finally:
+                self._release(own)
+
+        tm.generate_request = generate_request
+
+    def _name_adapter(self, obj: Any, lease: Lease | None) -> None:
+        current = getattr(obj, "lora_path", None)
+        if current not in (None, VERL_FIXED_ADAPTER_NAME):
+            return  # an explicit choice (e.g. the canary or a pinned evaluation) is kept
+        if lease is None:
+            if not self._warned_no_adapter:
+                logger.warning(
+                    "sglang_lora: a generate request arrived before any adapter was loaded; it is served by the "
+                    "BASE policy (adapter version -1). verl syncs the adapter before the first rollout, so this "
+                    "means the weight sync did not run."
+                )
+                self._warned_no_adapter = True
+            obj.lora_path = None
+            return
+        obj.lora_path = lease.name
+
+    def _release(self, lease: Lease | None) -> None:
+        stale = self.adapters.release(lease)
+        if stale:
+            asyncio.ensure_future(self._unload(stale))
+
+    # ---- generation -----------------------------------------------------------------------------------
+    async def generate(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.lora.as_adapter:
+            return await super().generate(*args, **kwargs)
+        lease = self.adapters.acquire()
+        token = _current_lease.set(lease)
+        try:
+            output = await super().generate(*args, **kwargs)
+        finally:
+            _current_lease.reset(token)
+            self._release(lease)
+        extra = getattr(output, "extra_fields", None)
+        if isinstance(extra, dict):
+            extra["adapter_version"] = lease.version if lease else -1
+        return output
+
+    # ---- memory: one ledger for sleep/wake_up and the client's release/resume ---------------------------
+    async def release_memory(self, tags: list[str] | None = None) -> list[str]:
+        if self.node_rank != 0 or not self.config.free_cache_engine:
+            return []
+        todo = self.memory.to_release(tags)
+        if todo:
+            try:
+                await self.tokenizer_manager.release_memory_occupation(_io("ReleaseMemoryOccupationReqInput")(tags=todo), None)
+            except BaseException:
+                self.memory.undo_release(todo)
+                raise
+        return todo
+
+    async def resume_memory(self, tags: list[str] | None = None) -> list[str]:
+        if self.node_rank != 0:
+            return []
+        todo = self.memory.to_resume(tags)
+        if todo:
+            try:
+                await self.tokenizer_manager.resume_memory_occupation(_io("ResumeMemoryOccupationReqInput")(tags=todo), None)
+            except BaseException:
+                self.memory.undo_resume(todo)
+                raise
+            if KV_CACHE in todo:
+                await self.tokenizer_manager.flush_cache()
+        return todo
+
+    async def sleep(self) -> None:
+        await self.release_memory(None)
+
+    async def wake_up(self) -> None:
+        await self.resume_memory(None)
+
+    async def release_kv_cache(self) -> None:
+        await self.release_memory([KV_CACHE])
+
+    async def resume_kv_cache(self) -> None:
+        await self.resume_memory([KV_CACHE])
+
+    def memory_status(self) -> dict[str, Any]:
+        return {"as_adapter": self.lora.as_adapter, "plan": list(self.memory.plan), "released": sorted(self.memory.released)}
+
+    # ---- adapter versions (driven by the weight-sync client) -------------------------------------------
+    async def adapter_push_plan(self, version: int, fingerprint: str) -> dict[str, Any]:
+        action = self.adapters.check_push(version, fingerprint)
+        return {"action": action, "name": self.adapters.active.name if action == "ack" else self.adapters.name_for(version)}
+
+    async def activate_adapter(self, name: str, version: int, fingerprint: str, stats: dict | None = None) -> dict:
+        stale = self.adapters.activate(name, version, fingerprint)
+        if stale:
+            await self._unload(stale)
+        if stats:
+            logger.info("sglang_lora: adapter %s active (version %d) %s", name, version, stats)
+        return self.adapters.status()
+
+    def adapter_status(self) -> dict[str, Any]:
+        return self.adapters.status()
+
+    async def _unload(self, names: list[str]) -> None:
+        cls = _io("UnloadLoRAAdapterReqInput")
+        for name in names:
+            result = await self.tokenizer_manager.unload_lora_adapter(cls(lora_name=name), None)
+            if getattr(result, "success", True) is False:
+                raise RuntimeError(f"SGLang refused to unload adapter {name}: {getattr(result, 'error_message', result)}")
+        self.adapters.forget(names)
+
+    async def canary(self, prompt_ids: list[int], adapter: str) -> dict[str, float]:
+        """Log-probs of a fixed prompt with and without ``adapter``; the client judges the difference."""
+        raw = self._raw_generate_request or self.tokenizer_manager.generate_request
+        scores = {}
+        for label, lora_path in (("adapter", adapter), ("base", None)):
+            obj = _io("GenerateReqInput")(
+                input_ids=list(prompt_ids),
+                sampling_params={"max_new_tokens": 1, "temperature": 0.0},
+                return_logprob=True,
+                logprob_start_len=0,
+                lora_path=lora_path,
+            )
+            out = None
+            async for out in raw(obj, None):
+                pass
+            logprobs = [x[0] for x in out["meta_info"]["input_token_logprobs"] if x[0] is not None]
+            scores[label] = logprobs
+        diffs = [abs(a - b) for a, b in zip(scores["adapter"], scores["base"])]
+        return {"max_abs_diff": max(diffs) if diffs else 0.0, "tokens": float(len(diffs))}
+
+
+def _io(name: str) -> type:
+    from verl_sglang_lora.sglang_contract.installed import io_struct
+
+    return io_struct(name)
+
+
+class SGLangLoRAReplica(_verl_server.SGLangReplica):
+    """verl's SGLang replica, launching :class:`SGLangLoRARollout` actors under verl's actor names."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.server_class = ray.remote(SGLangLoRARollout)

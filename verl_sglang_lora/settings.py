@@ -1,0 +1,47 @@
+"""Plugin settings, read from ``actor_rollout_ref.rollout.engine_kwargs.sglang_lora`` (verl passes
+``engine_kwargs`` through untouched and only reads its ``sglang`` key, so this block is ours)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from verl_sglang_lora.config_access import cfg_get, to_plain
+
+SETTINGS_PATH = "actor_rollout_ref.rollout.engine_kwargs.sglang_lora"
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    bucket_mb: int = 64
+    """Upper bound of one adapter bucket moved to the device before accumulation."""
+    max_lora_rank: int | None = None
+    """SGLang's --max-lora-rank; defaults to the LoRA rank."""
+    canary: bool = True
+    """After each adapter sync, score a fixed prompt with and without the adapter and fail if unchanged."""
+    canary_min_delta: float = 0.0
+    """The canary fails when max |logprob(with) - logprob(without)| <= this (a zero-B adapter is exempt)."""
+    verify_checksums: bool = False
+    """Send sha256 per tensor where SGLang verifies them (>=0.5.18); costs a device->host copy."""
+    http_timeout_s: float = 300.0
+    http_max_attempts: int = 3
+    restart_on_failure: bool = True
+    """Restart a dead SGLang server and re-push the latest adapter before failing the step."""
+
+    @classmethod
+    def from_rollout_config(cls, rollout_config: Any) -> "PluginSettings":
+        raw = to_plain(cfg_get(cfg_get(rollout_config, "engine_kwargs", {}), "sglang_lora", {})) or {}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"{SETTINGS_PATH} has unknown key(s) {unknown}; known: {sorted(known)}")
+        try:
+            return cls(**{k: v for k, v in raw.items() if v is not None})
+        except TypeError as exc:
+            raise ValueError(f"{SETTINGS_PATH}: {exc}") from exc
+
+    def __post_init__(self) -> None:
+        if self.bucket_mb <= 0:
+            raise ValueError(f"{SETTINGS_PATH}.bucket_mb must be > 0, got {self.bucket_mb}")
+        if self.http_max_attempts < 1:
+            raise ValueError(f"{SETTINGS_PATH}.http_max_attempts must be >= 1")

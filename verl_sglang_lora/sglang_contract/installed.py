@@ -1,0 +1,85 @@
+"""Introspection of the installed SGLang: its version and the fields its request structs declare."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StructField:
+    name: str
+    annotation: Any
+    required: bool
+
+
+def sglang_version() -> str | None:
+    """The installed SGLang release, or None when SGLang is not importable."""
+    try:
+        from importlib.metadata import version
+
+        return version("sglang")
+    except Exception:
+        return None
+
+
+def struct_fields(cls: type) -> dict[str, StructField]:
+    """Declared fields of an SGLang request class, whether it is a dataclass (<=0.5.12) or msgspec (>=0.5.18)."""
+    if dataclasses.is_dataclass(cls):
+        hints = _hints(cls)
+        return {
+            f.name: StructField(
+                f.name,
+                hints.get(f.name, f.type),
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+        }
+    try:
+        import msgspec
+
+        if isinstance(cls, type) and issubclass(cls, msgspec.Struct):
+            return {
+                f.name: StructField(
+                    f.name, f.type, f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT
+                )
+                for f in msgspec.structs.fields(cls)
+            }
+    except ImportError:  # pragma: no cover
+        pass
+    raise TypeError(f"{cls!r} is neither a dataclass nor a msgspec.Struct; cannot read its fields")
+
+
+def is_msgspec_struct(cls: type) -> bool:
+    try:
+        import msgspec
+
+        return isinstance(cls, type) and issubclass(cls, msgspec.Struct)
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls, include_extras=True)
+    except Exception:
+        return {}
+
+
+@functools.lru_cache(maxsize=None)
+def io_struct(name: str) -> type:
+    """A class from ``sglang.srt.managers.io_struct`` of the installed release, with a clear error if absent."""
+    try:
+        from sglang.srt.managers import io_struct as module
+    except ImportError as exc:
+        raise ImportError(
+            "SGLang is not importable in this process "
+            f"({exc}); install it with `pip install 'verl-sglang-lora[sglang]'` (see README, Install)."
+        ) from exc
+    try:
+        return getattr(module, name)
+    except AttributeError as exc:
+        raise ImportError(f"sglang {sglang_version()} has no io_struct.{name}; see docs/compatibility.md") from exc

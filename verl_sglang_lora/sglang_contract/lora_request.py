@@ -1,0 +1,123 @@
+"""The LoRA-from-tensors request, shaped by the installed SGLang's own struct.
+
+SGLang changed this request across releases: 0.5.8/0.5.12 declare ``serialized_tensors: str`` (one base64
+blob, a dataclass); 0.5.18+ declare ``serialized_named_tensors: List[bytes]`` (one blob per TP rank, a msgspec
+struct with base64 on the HTTP wire). verl 0.9.1 sends the new field to the 0.5.12 it pins (seed layer 3), so
+the shape is read from the struct every time rather than from a version table.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from verl_sglang_lora.sglang_contract.installed import io_struct, is_msgspec_struct, struct_fields
+
+PER_RANK_FIELD = "serialized_named_tensors"
+SINGLE_FIELD = "serialized_tensors"
+REQUEST_CLASS = "LoadLoRAAdapterFromTensorsReqInput"
+
+
+@dataclass(frozen=True)
+class LoRARequestShape:
+    """Which payload field the installed SGLang declares and how it is encoded."""
+
+    field: str
+    per_rank: bool
+    msgspec: bool
+    has_checksums: bool
+    declared: tuple[str, ...]
+
+
+def request_shape(cls: type | None = None) -> LoRARequestShape:
+    cls = cls or io_struct(REQUEST_CLASS)
+    fields = struct_fields(cls)
+    if PER_RANK_FIELD in fields:
+        field, per_rank = PER_RANK_FIELD, True
+    elif SINGLE_FIELD in fields:
+        field, per_rank = SINGLE_FIELD, False
+    else:
+        raise TypeError(
+            f"{cls.__module__}.{cls.__name__} declares neither {PER_RANK_FIELD!r} nor {SINGLE_FIELD!r} "
+            f"(fields: {sorted(fields)}); this SGLang release is not supported, see docs/compatibility.md"
+        )
+    for required in ("lora_name", "config_dict"):
+        if required not in fields:
+            raise TypeError(f"{cls.__name__} lacks {required!r} (fields: {sorted(fields)})")
+    return LoRARequestShape(field, per_rank, is_msgspec_struct(cls), "expected_checksums" in fields, tuple(fields))
+
+
+def serialize_named_tensors(named_tensors: Mapping[str, torch.Tensor]) -> bytes:
+    """SGLang's own serializer (CUDA tensors travel as IPC handles; CPU tensors are refused upstream)."""
+    from sglang.srt.utils import MultiprocessingSerializer
+
+    return MultiprocessingSerializer.serialize(dict(named_tensors))
+
+
+def tensor_checksums(named_tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
+    """sha256 of each tensor's bytes, in the form SGLang >=0.5.18 verifies on the receiving rank."""
+    import hashlib
+
+    out = {}
+    for name, tensor in named_tensors.items():
+        data = tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()
+        out[name] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def build_lora_request(
+    lora_name: str,
+    config_dict: dict[str, Any],
+    named_tensors: Mapping[str, torch.Tensor] | None = None,
+    *,
+    tp_size: int = 1,
+    serialized: bytes | None = None,
+    checksums: dict[str, str] | None = None,
+    cls: type | None = None,
+) -> Any:
+    """An instance of the installed ``LoadLoRAAdapterFromTensorsReqInput``.
+
+    Pass ``named_tensors`` (serialized here, once) or an already ``serialized`` blob. Per-rank releases get
+    ``tp_size`` references to the same blob: the adapter is not TP-sharded on the wire, each rank slices it.
+    """
+    if tp_size < 1:
+        raise ValueError(f"tp_size must be >= 1, got {tp_size}")
+    cls = cls or io_struct(REQUEST_CLASS)
+    shape = request_shape(cls)
+    blob = serialized if serialized is not None else serialize_named_tensors(named_tensors or {})
+    kwargs: dict[str, Any] = {"lora_name": lora_name, "config_dict": config_dict}
+    if shape.per_rank:
+        kwargs[shape.field] = [blob] * tp_size
+    else:
+        kwargs[shape.field] = base64.b64encode(blob).decode("ascii")
+    if checksums is not None and shape.has_checksums:
+        kwargs["expected_checksums"] = checksums
+    return cls(**kwargs)
+
+
+def request_to_json(req: Any) -> dict[str, Any]:
+    """The HTTP JSON body for a request struct: field names as keys, bytes as base64 (what SGLang's FastAPI
+    route decodes with its Base64Bytes validator); None-valued optional fields are left out."""
+    fields = struct_fields(type(req))
+    body: dict[str, Any] = {}
+    for name, spec in fields.items():
+        if name in ("rid", "http_worker_ipc"):
+            continue
+        value = getattr(req, name)
+        if value is None and not spec.required:
+            continue
+        body[name] = _jsonable(value)
+    return body
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,1 @@
+"""Adapter sync protocol: bounded buckets, versioned adapter names, retention, canary."""

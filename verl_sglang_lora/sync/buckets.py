@@ -1,0 +1,116 @@
+"""Bounded buckets for the adapter stream and the accumulator that turns them into one atomic load.
+
+Producers hand LoRA tensors over lazily (often on CPU, layer by layer). They are grouped into buckets of at
+most ``bucket_bytes`` -- never splitting the lora_A/lora_B pair of a module -- moved to the device one tensor
+at a time (CUDA-IPC serialization needs device tensors, seed layer 5), cloned when they are views into a
+buffer the producer reuses, and handed to SGLang in a single load after the last bucket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+import torch
+
+from verl_sglang_lora.sglang_contract.weight_names import LORA_RE, check_lora_pairs, strip_wrappers
+
+
+def _module_key(name: str) -> str:
+    m = LORA_RE.match(strip_wrappers(name))
+    return m.group("module_path") if m else name
+
+
+def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group tensors into buckets of <= ``bucket_bytes`` (a single oversized pair gets its own bucket).
+
+    Tensors of one LoRA module (A and B) are emitted in the same bucket even if they are not adjacent in the
+    stream: a module waits in ``pending`` until both halves arrived.
+    """
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket size must be > 0 bytes, got {bucket_bytes}")
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    pending: dict[str, list[tuple[str, torch.Tensor]]] = {}
+    for name, tensor in named_tensors:
+        key = _module_key(name)
+        group = pending.setdefault(key, [])
+        group.append((name, tensor))
+        if LORA_RE.match(strip_wrappers(name)) and len(group) < 2:
+            continue
+        entries = pending.pop(key)
+        nbytes = sum(t.numel() * t.element_size() for _, t in entries)
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.extend(entries)
+        size += nbytes
+    for entries in pending.values():  # unpaired leftovers travel too; the accumulator reports them
+        bucket.extend(entries)
+    if bucket:
+        yield bucket
+
+
+def to_device_owned(tensor: torch.Tensor, device: torch.device | str | None) -> torch.Tensor:
+    """The tensor on ``device``, owning its storage (a view into a reused buffer is cloned)."""
+    if device is not None and tensor.device != torch.device(device):
+        return tensor.detach().to(device, non_blocking=False)  # the copy owns its storage
+    shares_buffer = tensor._base is not None or tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size()
+    tensor = tensor.detach()
+    return tensor.clone() if shares_buffer or not tensor.is_contiguous() else tensor
+
+
+@dataclass
+class AccumulatedAdapter:
+    tensors: dict[str, torch.Tensor]
+    num_buckets: int
+    nbytes: int
+    fingerprint: str
+
+
+@dataclass
+class LoRAAccumulator:
+    """Collects buckets into one adapter state dict, resolving each name against the served model."""
+
+    resolve: Callable[[str], tuple[str, str, str]]
+    device: torch.device | str | None = None
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    _modules: list[tuple[str, str]] = field(default_factory=list)
+    num_buckets: int = 0
+    nbytes: int = 0
+
+    def add_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        self.num_buckets += 1
+        for name, tensor in bucket:
+            sent_name, module_path, ab = self.resolve(name)
+            if sent_name in self.tensors:
+                raise ValueError(f"LoRA tensor {sent_name!r} arrived twice in one sync")
+            owned = to_device_owned(tensor, self.device)
+            self.tensors[sent_name] = owned
+            self._modules.append((module_path, ab))
+            self.nbytes += owned.numel() * owned.element_size()
+
+    def finish(self) -> AccumulatedAdapter:
+        if not self.tensors:
+            raise ValueError("the LoRA sync carried no tensors; refusing to load an empty adapter")
+        check_lora_pairs(self._modules)
+        return AccumulatedAdapter(self.tensors, self.num_buckets, self.nbytes, fingerprint(self.tensors))
+
+
+def fingerprint(tensors: dict[str, torch.Tensor]) -> str:
+    """A cheap content fingerprint: names, shapes and two float64 moments per tensor, one device sync in all."""
+    names = sorted(tensors)
+    if not names:
+        return "empty"
+    moments = []
+    for name in names:
+        flat = tensors[name].detach().reshape(-1).to(torch.float64)
+        idx = torch.arange(flat.numel(), device=flat.device, dtype=torch.float64)
+        moments.append(torch.stack([flat.sum(), (flat * idx).sum()]))
+    values = torch.stack([m.to(moments[0].device) for m in moments]).cpu().tolist()
+    h = hashlib.sha256()
+    for name, (s1, s2) in zip(names, values):
+        t = tensors[name]
+        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|{s1:.17g}|{s2:.17g}".encode())
+    return h.hexdigest()[:16]

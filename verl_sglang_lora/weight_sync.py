@@ -1,0 +1,167 @@
+"""``SGLangLoRAServerAdapter``: the weight-sync client verl instantiates in every hybrid worker for
+``rollout.name=sglang_lora`` (registered in ``verl.workers.rollout.base._ROLLOUT_REGISTRY``).
+
+Adapter syncs take the plugin's path: names resolved against the served checkpoint, tensors streamed in
+bounded buckets to the device, one load under a versioned name built from the installed SGLang's struct,
+a canary, then an atomic switch on the server. Base-weight syncs (first sync in adapter mode, merge mode, no
+LoRA) keep verl's bucketed ``update_weights_from_tensor`` path, with names resolved and tensors moved to the
+device first. Memory release/resume is delegated to the server's ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Iterable, Iterator
+
+import torch
+
+from verl_sglang_lora.lora_mode import lora_plan
+from verl_sglang_lora.settings import PluginSettings
+from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
+from verl_sglang_lora.sglang_contract.lora_request import build_lora_request, request_to_json, tensor_checksums
+from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
+from verl_sglang_lora.sglang_contract.weight_names import LORA_RE, ModelWeightNames, strip_wrappers
+from verl_sglang_lora.sync.buckets import LoRAAccumulator, iter_buckets
+from verl_sglang_lora.sync.canary import CanaryError, canary_prompt_ids, judge_canary
+from verl_sglang_lora.verl_compat import load_verl_server_adapter
+
+logger = logging.getLogger(__name__)
+logger.setLevel(logging.INFO)
+
+_VerlServerAdapter = load_verl_server_adapter()
+
+
+def _device() -> torch.device | None:
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+
+
+class SGLangLoRAServerAdapter(_VerlServerAdapter):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lora = lora_plan(self.model_config)
+        self._sleep_level = self.lora.sleep_level
+        self.settings = PluginSettings.from_rollout_config(self.config)
+        self._names: ModelWeightNames | None = None
+        self._http: SGLangHTTPClient | None = None
+        self._internal_version = -1
+        self.last_sync: dict[str, Any] = {}
+
+    # verl 0.9.1 writes ``rollout.sleep_level = 1`` after its first sync; the plugin's value is fixed by config.
+    @property
+    def sleep_level(self) -> int:
+        return self._sleep_level
+
+    @sleep_level.setter
+    def sleep_level(self, value: int) -> None:
+        if value != getattr(self, "_sleep_level", value):
+            logger.warning("sglang_lora: ignoring sleep_level=%s; fixed to %s by the LoRA config", value, self._sleep_level)
+
+    # ---- memory ----------------------------------------------------------------------------------------
+    def _is_leader(self) -> bool:
+        return self._engine is not None and self.device_mesh["infer_tp"].get_local_rank() == 0
+
+    async def resume(self, tags: list[str]) -> None:
+        await self._init_server_adapter()
+        if self._is_leader() and self.config.free_cache_engine:
+            await self.server_actor.resume_memory.remote(list(tags))
+
+    async def release(self) -> None:
+        await self._init_server_adapter()
+        if self._is_leader() and self.config.free_cache_engine:
+            await self.server_actor.release_memory.remote(None)
+
+    # ---- weights ---------------------------------------------------------------------------------------
+    def weight_names(self) -> ModelWeightNames:
+        if self._names is None:
+            self._names = ModelWeightNames.from_model_path(self.model_config.local_path)
+        return self._names
+
+    async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]], global_steps: int | None = None, **kwargs: Any):
+        await self._init_server_adapter()
+        peft_config = kwargs.get("peft_config")
+        if self.lora.as_adapter and kwargs.get("base_sync_done", False):
+            if peft_config is None:
+                raise RuntimeError(
+                    "sglang_lora: adapter mode (LoRA rank > 0, lora.merge=False) but the trainer sent no adapter "
+                    "config with the LoRA sync; the rollout would keep serving a stale adapter"
+                )
+            return await self._sync_adapter(weights, peft_config, global_steps)
+        return await super().update_weights(self._base_weights(weights), global_steps=global_steps, **kwargs)
+
+    def _base_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """Base weights with SGLang names (checked against the checkpoint), each on the device."""
+        names, device, dropped = self.weight_names(), _device(), 0
+        for name, tensor in weights:
+            if LORA_RE.match(strip_wrappers(name)):
+                dropped += 1  # adapter tensors go through the adapter sync that follows
+                continue
+            yield names.resolve_base(name), tensor.to(device) if device is not None and tensor.device.type == "cpu" else tensor
+        if dropped:
+            logger.warning("sglang_lora: %d LoRA tensors in a base-weight sync were not sent as base weights", dropped)
+
+    async def _sync_adapter(self, weights: Iterable[tuple[str, torch.Tensor]], peft_config: Any, global_steps: int | None) -> dict:
+        t0 = time.perf_counter()
+        if not self._is_leader():
+            for _ in weights:  # consume in lockstep with the leader in case the producer runs collectives
+                pass
+            return {}
+        version = self._version(global_steps)
+        config_dict = normalize_peft_config(peft_config, rank=self.lora.rank, alpha=self.lora.alpha)
+        acc = LoRAAccumulator(resolve=self.weight_names().resolve_lora, device=_device())
+        for bucket in iter_buckets(weights, self.settings.bucket_mb << 20):
+            acc.add_bucket(bucket)
+        adapter = acc.finish()
+        t_collect = time.perf_counter()
+
+        plan = await self.server_actor.adapter_push_plan.remote(version, adapter.fingerprint)
+        if plan["action"] == "ack":
+            self.last_sync = {"version": version, "action": "ack", "name": plan["name"]}
+            logger.info("sglang_lora: version %d already served as %s; ack", version, plan["name"])
+            return self.last_sync
+        tp = self.config.tensor_model_parallel_size * self.config.get("data_parallel_size", 1)
+        checksums = tensor_checksums(adapter.tensors) if self.settings.verify_checksums else None
+        req = build_lora_request(plan["name"], config_dict, adapter.tensors, tp_size=tp, checksums=checksums)
+        await (await self.http()).load_lora_adapter_from_tensors(request_to_json(req))
+        t_load = time.perf_counter()
+
+        canary = None
+        if self.settings.canary:
+            canary = await self.server_actor.canary.remote(canary_prompt_ids(self.model_config), plan["name"])
+            judge_canary(canary, adapter.tensors, self.settings.canary_min_delta, plan["name"])
+        stats = {
+            "version": version,
+            "name": plan["name"],
+            "buckets": adapter.num_buckets,
+            "tensors": len(adapter.tensors),
+            "bytes": adapter.nbytes,
+            "collect_ms": round((t_collect - t0) * 1e3, 2),
+            "load_ms": round((t_load - t_collect) * 1e3, 2),
+            "total_ms": round((time.perf_counter() - t0) * 1e3, 2),
+            "canary_max_abs_diff": None if canary is None else canary["max_abs_diff"],
+        }
+        await self.server_actor.activate_adapter.remote(plan["name"], version, adapter.fingerprint, stats)
+        await self.server_actor.set_global_steps.remote(global_steps if global_steps is not None else version)
+        self.last_sync = stats
+        logger.info("sglang_lora: adapter sync %s", stats)
+        return stats
+
+    def _version(self, global_steps: int | None) -> int:
+        if global_steps is None:
+            self._internal_version += 1
+            return self._internal_version
+        self._internal_version = max(self._internal_version, int(global_steps))
+        return int(global_steps)
+
+    async def http(self) -> SGLangHTTPClient:
+        """A body-preserving client for this replica's server (address asked from the server actor)."""
+        if self._http is None:
+            host, port = await self.server_actor.get_server_address.remote()
+            host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+            self._http = SGLangHTTPClient(
+                f"{host}:{port}", timeout_s=self.settings.http_timeout_s, max_attempts=self.settings.http_max_attempts
+            )
+        return self._http
+
+
+__all__ = ["CanaryError", "SGLangLoRAServerAdapter"]
