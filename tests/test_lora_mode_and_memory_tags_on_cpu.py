@@ -65,3 +65,21 @@ def test_plan_from_verl_rollout_and_model_dataclasses(tiny_qwen3):
     )
     plan = lora_plan(model)
     assert (plan.rank, plan.alpha, plan.target_modules, plan.as_adapter) == (8, 16.0, "all-linear", True)
+
+
+def test_config_guards_name_setting_and_fix():
+    from verl_sglang_lora.config_guards import UnsupportedConfigError, check_config, refuse_raw_video
+
+    adapter_model = {"lora_rank": 32, "lora": {}}
+    check_config({"mode": "async", "checkpoint_engine": {"backend": "naive"}}, adapter_model)
+    with pytest.raises(UnsupportedConfigError, match=r"checkpoint_engine\.backend=nccl.*Fix"):
+        check_config({"checkpoint_engine": {"backend": "nccl"}}, adapter_model)
+    # merge mode pushes full weights, which every backend carries
+    check_config({"checkpoint_engine": {"backend": "nccl"}}, {"lora_rank": 32, "lora": {"merge": True}})
+    with pytest.raises(UnsupportedConfigError, match="pipeline_model_parallel_size=2"):
+        check_config({"pipeline_model_parallel_size": 2}, adapter_model)
+    with pytest.raises(UnsupportedConfigError, match="disaggregation"):
+        check_config({"disaggregation": {"enabled": True}}, adapter_model)
+    with pytest.raises(UnsupportedConfigError, match="raw video"):
+        refuse_raw_video([object()])
+    refuse_raw_video([{"format": "processor_output"}])

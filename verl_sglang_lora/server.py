@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 
+from verl_sglang_lora.config_guards import check_config, refuse_raw_video
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.memory_tags import KV_CACHE, MemoryTagLedger
 from verl_sglang_lora.settings import PluginSettings
@@ -43,6 +44,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        check_config(self.config, self.model_config)
         self.lora = lora_plan(self.model_config)
         self.sleep_level = self.lora.sleep_level
         self.memory = MemoryTagLedger(as_adapter=self.lora.as_adapter)
@@ -107,6 +109,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
 
     # ---- generation -----------------------------------------------------------------------------------
     async def generate(self, *args: Any, **kwargs: Any) -> Any:
+        refuse_raw_video(kwargs.get("video_data"))
         if not self.lora.as_adapter:
             return await super().generate(*args, **kwargs)
         lease = self.adapters.acquire()

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from verl_sglang_lora.config_guards import check_config
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.settings import PluginSettings
 from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
@@ -39,6 +40,7 @@ def _device() -> torch.device | None:
 class SGLangLoRAServerAdapter(_VerlServerAdapter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        check_config(self.config, self.model_config)
         self.lora = lora_plan(self.model_config)
         self._sleep_level = self.lora.sleep_level
         self.settings = PluginSettings.from_rollout_config(self.config)

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# FSDP + LoRA + SGLang GRPO with rollout.name=sglang_lora (the seed-000 FSDP script's knobs).
+#
+# With no MODEL_PATH/DATA it writes a tiny random Qwen3 + a synthetic GSM8K-style set (no downloads) and
+# runs on one GPU. For the real thing: MODEL_PATH=/models/Qwen3-0.6B DATA=/data/gsm8k NGPUS=4 ROLLOUT_TP=2.
+set -euo pipefail
+
+PYTHON=${PYTHON:-python3}
+STEPS=${STEPS:-4}
+NGPUS=${NGPUS:-1}
+ROLLOUT_TP=${ROLLOUT_TP:-1}
+LORA_RANK=${LORA_RANK:-32}
+EXP=${EXP:-qwen3_lora_sglang_fsdp}
+ASSETS=${ASSETS:-$PWD/.assets/tiny}
+
+if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
+    "$PYTHON" -m verl_sglang_lora.offline_assets --out "$ASSETS" >/dev/null
+    MODEL_PATH=${MODEL_PATH:-$ASSETS/model}
+    DATA=${DATA:-$ASSETS/testset}
+    SMALL=(data.train_batch_size=8 data.max_prompt_length=128 data.max_response_length=64
+           actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8
+           actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8)
+else
+    SMALL=(data.train_batch_size=16 data.max_prompt_length=512 data.max_response_length=256
+           actor_rollout_ref.actor.ppo_mini_batch_size=16 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4
+           actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4)
+fi
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false FLASHINFER_DISABLE_VERSION_CHECK=1
+
+exec "$PYTHON" -m verl.trainer.main_ppo \
+    hydra.searchpath=[pkg://verl_sglang_lora.configs] +sglang_lora=default \
+    algorithm.adv_estimator=grpo \
+    algorithm.use_kl_in_reward=False \
+    data.train_files="$DATA/train.parquet" \
+    data.val_files="$DATA/test.parquet" \
+    data.filter_overlong_prompts=True \
+    data.truncation=error \
+    actor_rollout_ref.model.path="$MODEL_PATH" \
+    actor_rollout_ref.model.lora_rank="$LORA_RANK" \
+    actor_rollout_ref.model.lora_alpha="$LORA_RANK" \
+    actor_rollout_ref.model.target_modules=all-linear \
+    actor_rollout_ref.model.use_remove_padding=False \
+    +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
+    actor_rollout_ref.model.enable_gradient_checkpointing=True \
+    actor_rollout_ref.actor.optim.lr=3e-6 \
+    actor_rollout_ref.actor.use_kl_loss=False \
+    actor_rollout_ref.actor.entropy_coeff=0 \
+    actor_rollout_ref.actor.fsdp_config.param_offload=False \
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=False \
+    actor_rollout_ref.rollout.name=sglang_lora \
+    actor_rollout_ref.rollout.mode=async \
+    actor_rollout_ref.rollout.tensor_model_parallel_size="$ROLLOUT_TP" \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
+    actor_rollout_ref.rollout.n=4 \
+    actor_rollout_ref.rollout.free_cache_engine=True \
+    actor_rollout_ref.rollout.calculate_log_probs=True \
+    actor_rollout_ref.ref.fsdp_config.param_offload=True \
+    trainer.logger='["console"]' \
+    trainer.project_name=verl_sglang_lora \
+    trainer.experiment_name="$EXP" \
+    trainer.n_gpus_per_node="$NGPUS" \
+    trainer.nnodes=1 \
+    trainer.val_before_train=False \
+    trainer.save_freq=-1 \
+    trainer.test_freq=-1 \
+    trainer.total_training_steps="$STEPS" \
+    "${SMALL[@]}" \
+    "$@"

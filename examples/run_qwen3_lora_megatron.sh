@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Megatron + LoRA + SGLang GRPO with rollout.name=sglang_lora (the seed-000 Megatron script's knobs).
+# Megatron reads model.lora.{rank,alpha}; the config tree is ppo_megatron_trainer.
+# With no MODEL_PATH/DATA it uses the tiny offline model + synthetic set and one GPU.
+set -euo pipefail
+
+PYTHON=${PYTHON:-python3}
+STEPS=${STEPS:-4}
+NGPUS=${NGPUS:-1}
+ROLLOUT_TP=${ROLLOUT_TP:-1}
+ACTOR_TP=${ACTOR_TP:-1}
+ACTOR_PP=${ACTOR_PP:-1}
+LORA_RANK=${LORA_RANK:-32}
+EXP=${EXP:-qwen3_lora_sglang_megatron}
+ASSETS=${ASSETS:-$PWD/.assets/tiny}
+
+if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
+    "$PYTHON" -m verl_sglang_lora.offline_assets --out "$ASSETS" >/dev/null
+    MODEL_PATH=${MODEL_PATH:-$ASSETS/model}
+    DATA=${DATA:-$ASSETS/testset}
+    BATCH=8; PROMPT=128; RESPONSE=64; MICRO=8
+else
+    BATCH=16; PROMPT=512; RESPONSE=256; MICRO=4
+fi
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false FLASHINFER_DISABLE_VERSION_CHECK=1
+
+exec "$PYTHON" -m verl.trainer.main_ppo \
+    --config-name=ppo_megatron_trainer \
+    hydra.searchpath=[pkg://verl_sglang_lora.configs] +sglang_lora=default \
+    algorithm.adv_estimator=grpo \
+    algorithm.use_kl_in_reward=False \
+    data.train_files="$DATA/train.parquet" \
+    data.val_files="$DATA/test.parquet" \
+    data.train_batch_size=$BATCH \
+    data.max_prompt_length=$PROMPT \
+    data.max_response_length=$RESPONSE \
+    data.filter_overlong_prompts=True \
+    data.truncation=error \
+    actor_rollout_ref.model.path="$MODEL_PATH" \
+    actor_rollout_ref.model.lora.rank="$LORA_RANK" \
+    actor_rollout_ref.model.lora.alpha="$LORA_RANK" \
+    actor_rollout_ref.actor.megatron.tensor_model_parallel_size="$ACTOR_TP" \
+    actor_rollout_ref.actor.megatron.pipeline_model_parallel_size="$ACTOR_PP" \
+    ++actor_rollout_ref.actor.megatron.override_transformer_config.gradient_accumulation_fusion=False \
+    ++actor_rollout_ref.ref.megatron.override_transformer_config.gradient_accumulation_fusion=False \
+    actor_rollout_ref.actor.optim.lr=3e-6 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=$BATCH \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MICRO \
+    actor_rollout_ref.actor.use_kl_loss=False \
+    actor_rollout_ref.actor.entropy_coeff=0 \
+    actor_rollout_ref.rollout.name=sglang_lora \
+    actor_rollout_ref.rollout.mode=async \
+    actor_rollout_ref.rollout.tensor_model_parallel_size="$ROLLOUT_TP" \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
+    actor_rollout_ref.rollout.n=4 \
+    actor_rollout_ref.rollout.free_cache_engine=True \
+    actor_rollout_ref.rollout.calculate_log_probs=True \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=$MICRO \
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=$MICRO \
+    trainer.logger='["console"]' \
+    trainer.project_name=verl_sglang_lora \
+    trainer.experiment_name="$EXP" \
+    trainer.n_gpus_per_node="$NGPUS" \
+    trainer.nnodes=1 \
+    trainer.val_before_train=False \
+    trainer.save_freq=-1 \
+    trainer.test_freq=-1 \
+    trainer.total_training_steps="$STEPS" \
+    "$@"
