@@ -20,10 +20,9 @@ from verl_sglang_lora.config_guards import check_config
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.settings import PluginSettings
 from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
-from verl_sglang_lora.sglang_contract.lora_request import build_lora_request, request_to_json, tensor_checksums
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import LORA_RE, ModelWeightNames, strip_wrappers
-from verl_sglang_lora.sync.buckets import LoRAAccumulator, iter_buckets
+from verl_sglang_lora.sync.adapter_push import adapter_load_body, collect_adapter
 from verl_sglang_lora.sync.canary import CanaryError, canary_prompt_ids, judge_canary
 from verl_sglang_lora.verl_compat import load_verl_server_adapter
 
@@ -110,10 +109,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             return {}
         version = self._version(global_steps)
         config_dict = normalize_peft_config(peft_config, rank=self.lora.rank, alpha=self.lora.alpha)
-        acc = LoRAAccumulator(resolve=self.weight_names().resolve_lora, device=_device())
-        for bucket in iter_buckets(weights, self.settings.bucket_mb << 20):
-            acc.add_bucket(bucket)
-        adapter = acc.finish()
+        adapter = collect_adapter(weights, self.weight_names().resolve_lora, self.settings.bucket_mb << 20, _device())
         t_collect = time.perf_counter()
 
         plan = await self.server_actor.adapter_push_plan.remote(version, adapter.fingerprint)
@@ -122,9 +118,8 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             logger.info("sglang_lora: version %d already served as %s; ack", version, plan["name"])
             return self.last_sync
         tp = self.config.tensor_model_parallel_size * self.config.get("data_parallel_size", 1)
-        checksums = tensor_checksums(adapter.tensors) if self.settings.verify_checksums else None
-        req = build_lora_request(plan["name"], config_dict, adapter.tensors, tp_size=tp, checksums=checksums)
-        await (await self.http()).load_lora_adapter_from_tensors(request_to_json(req))
+        body = adapter_load_body(plan["name"], config_dict, adapter, tp, self.settings.verify_checksums)
+        await (await self.http()).load_lora_adapter_from_tensors(body)
         t_load = time.perf_counter()
 
         canary = None

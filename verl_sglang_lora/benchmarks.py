@@ -1,0 +1,322 @@
+"""Side-by-side benchmarks on one GPU, in one process, printing a table (docs/benchmarks.md).
+
+    python -m verl_sglang_lora.benchmarks --shape qwen3-0.6b --iters 20 [--shape qwen3-8b] [--json out.json]
+
+Against a real SGLang server (``--load-format dummy``: real model shapes, random weights, no download):
+- adapter sync latency p50/p95 for an r32 all-linear adapter handed over on CPU, as verl's FSDP engine does:
+  the plugin's path (names resolved, bounded buckets to the device, one request for the installed SGLang,
+  unload of the previous version) vs save-to-disk + ``/load_lora_adapter`` vs verl's own ServerAdapter code
+  (run unbound against the same server; reported as failing where it fails);
+- base-weight sync throughput (``update_weights_from_tensor``) vs the measured device-to-device copy bandwidth;
+- the per-request cost of version pinning (acquire + name + release) on the rollout hot path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
+from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
+from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
+from verl_sglang_lora.sync.adapter_push import adapter_load_body, collect_adapter
+from verl_sglang_lora.sync.versions import AdapterVersions, adapter_name
+
+SHAPES: dict[str, dict[str, Any]] = {
+    # Public Qwen3 configs (hidden, layers, heads, kv heads, head_dim, intermediate, vocab).
+    "qwen3-0.6b": dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                       head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True),
+    "qwen3-8b": dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                     head_dim=128, intermediate_size=12288, vocab_size=151936, tie_word_embeddings=False),
+}
+PROJ = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
+
+
+def write_config(shape: str, out: Path) -> Path:
+    import transformers
+
+    cfg = transformers.Qwen3Config(max_position_embeddings=4096, torch_dtype="bfloat16", **SHAPES[shape])
+    out.mkdir(parents=True, exist_ok=True)
+    cfg.save_pretrained(out)
+    return out
+
+
+def model_names(model_dir: Path) -> ModelWeightNames:
+    """Parameter names of the real architecture (built on the meta device, nothing allocated)."""
+    import transformers
+
+    cfg = transformers.AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return ModelWeightNames(frozenset(model.state_dict()), cfg.num_hidden_layers, bool(cfg.tie_word_embeddings))
+
+
+def random_adapter(model_dir: Path, rank: int, seed: int) -> list[tuple[str, torch.Tensor]]:
+    """An r-rank all-linear adapter in PEFT names, on CPU (verl's FSDP engine hands adapters over on CPU)."""
+    import transformers
+
+    cfg = transformers.AutoConfig.from_pretrained(model_dir)
+    q = cfg.num_attention_heads * cfg.head_dim
+    kv = cfg.num_key_value_heads * cfg.head_dim
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    dims = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for layer in range(cfg.num_hidden_layers):
+        for block, projs in PROJ.items():
+            for p in projs:
+                d_in, d_out = dims[p]
+                prefix = f"base_model.model.model.layers.{layer}.{block}.{p}"
+                out.append((f"{prefix}.lora_A.weight", (torch.randn(rank, d_in, generator=gen) * 0.01).bfloat16()))
+                out.append((f"{prefix}.lora_B.weight", (torch.randn(d_out, rank, generator=gen) * 0.01).bfloat16()))
+    return out
+
+
+class Server:
+    def __init__(self, model_dir: Path, rank: int, mem: float):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.cmd = [
+            sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir), "--load-format", "dummy",
+            "--skip-tokenizer-init", "--port", str(self.port), "--host", "127.0.0.1", "--enable-lora",
+            "--max-lora-rank", str(rank), "--lora-target-modules", "all", "--max-loras-per-batch", "2",
+            "--attention-backend", os.environ.get("SGLANG_ATTENTION_BACKEND", "triton"), "--mem-fraction-static",
+            str(mem), "--disable-cuda-graph", "--skip-server-warmup", "--log-level", "warning",
+        ]
+        self.proc = subprocess.Popen(self.cmd)
+        self.addr = f"127.0.0.1:{self.port}"
+
+    def wait(self, timeout: float = 600) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"SGLang exited with {self.proc.returncode}: {' '.join(self.cmd)}")
+            try:
+                urllib.request.urlopen(f"http://{self.addr}/health", timeout=2)
+                return
+            except OSError:
+                time.sleep(1)
+        raise TimeoutError("SGLang did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def pct(samples: list[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+async def bench_plugin(client, names, adapter, config, iters, bucket_mb) -> list[float]:
+    device = torch.device("cuda")
+    times, prev = [], None
+    for v in range(iters + 1):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        acc = collect_adapter(iter(adapter), names.resolve_lora, bucket_mb << 20, device)
+        name = adapter_name(v)
+        await client.load_lora_adapter_from_tensors(adapter_load_body(name, config, acc, tp_size=1))
+        if prev:
+            await client.unload_lora_adapter(prev)
+        times.append((time.perf_counter() - t0) * 1e3)
+        prev = name
+    await client.unload_lora_adapter(prev)
+    return times[1:]  # first iteration warms the allocator and the LoRA pool
+
+
+async def bench_disk(client, adapter, config, iters, root: Path) -> list[float]:
+    from safetensors.torch import save_file
+
+    times, prev = [], None
+    for v in range(iters + 1):
+        t0 = time.perf_counter()
+        d = root / f"disk_v{v}"
+        d.mkdir(parents=True, exist_ok=True)
+        save_file({n: t.contiguous() for n, t in adapter}, str(d / "adapter_model.safetensors"))
+        (d / "adapter_config.json").write_text(json.dumps(config))
+        name = f"disk_v{v}"
+        await client.post("load_lora_adapter", {"lora_name": name, "lora_path": str(d)})
+        if prev:
+            await client.unload_lora_adapter(prev)
+        times.append((time.perf_counter() - t0) * 1e3)
+        prev = name
+    await client.unload_lora_adapter(prev)
+    return times[1:]
+
+
+async def bench_verl_stock(addr: str, model_dir: Path, adapter, config, iters) -> tuple[list[float], str | None]:
+    """verl's own ServerAdapter.update_weights (its adapter path), run unbound against the same server."""
+    try:
+        from verl.workers.rollout.sglang_rollout.http_server_engine import AsyncHttpServerAdapter
+        from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return [], f"verl import failed: {type(exc).__name__}: {exc}"
+
+    class _Mesh:  # the only device-mesh call on verl's adapter path: TP-local rank 0
+        def __getitem__(self, _):
+            return self
+
+        def get_local_rank(self):
+            return 0
+
+    host, port = addr.split(":")
+    stock = object.__new__(ServerAdapter)
+    stock._engine = AsyncHttpServerAdapter(model_path=str(model_dir), host=host, port=int(port), launch_server=False)
+    stock.device_mesh, stock._pd_role, stock.config = _Mesh(), None, None
+    stock._has_server = True
+    times = []
+    try:
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            await ServerAdapter.update_weights(stock, iter(adapter), peft_config=dict(config), base_sync_done=True)
+            times.append((time.perf_counter() - t0) * 1e3)
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return times, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    return times, None
+
+
+async def bench_base_sync(client, names: ModelWeightNames, model_dir: Path, bucket_mb: int) -> dict[str, float]:
+    import transformers
+
+    from sglang.srt.utils import MultiprocessingSerializer
+
+    from verl_sglang_lora.sglang_contract.installed import io_struct
+    from verl_sglang_lora.sglang_contract.lora_request import request_to_json
+
+    cfg = transformers.AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        meta = transformers.AutoModelForCausalLM.from_config(cfg).state_dict()
+    tensors = [(n, torch.empty(t.shape, dtype=torch.bfloat16, device="cuda").normal_(0, 0.02)) for n, t in meta.items()]
+    total = sum(t.numel() * t.element_size() for _, t in tensors)
+    cls = io_struct("UpdateWeightsFromTensorReqInput")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    bucket, size = [], 0
+    for name, t in tensors + [(None, None)]:
+        if name is not None:
+            bucket.append((names.resolve_base(name), t))
+            size += t.numel() * t.element_size()
+        if bucket and (name is None or size >= bucket_mb << 20):
+            req = cls(serialized_named_tensors=[MultiprocessingSerializer.serialize(bucket, output_str=True)], flush_cache=False)
+            await client.post("update_weights_from_tensor", request_to_json(req))
+            bucket, size = [], 0
+    sync_s = time.perf_counter() - t0
+    src = torch.empty(total // 2, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    for _ in range(5):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    copy_s = (time.perf_counter() - t1) / 5
+    return {"bytes": total, "sync_GBps": total / sync_s / 1e9, "d2d_copy_GBps": total / copy_s / 1e9}
+
+
+def bench_version_pinning(n: int = 200_000) -> float:
+    """ns per request for acquire + name + release on the rollout hot path (no unloads pending)."""
+    versions = AdapterVersions()
+    versions.activate(adapter_name(1), 1, "fp")
+
+    class Req:
+        lora_path = None
+
+    req = Req()
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        lease = versions.acquire()
+        req.lora_path = lease.name
+        versions.release(lease)
+    return (time.perf_counter_ns() - t0) / n
+
+
+def run_shape(shape: str, iters: int, rank: int, bucket_mb: int, mem: float) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix=f"bench_{shape}_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    model_dir = write_config(shape, root / "model")
+    names = model_names(model_dir)
+    adapter = random_adapter(model_dir, rank, seed=0)
+    config = normalize_peft_config({"r": rank, "lora_alpha": rank, "target_modules": "all-linear"})
+    mib = sum(t.numel() * t.element_size() for _, t in adapter) / 2**20
+    server = Server(model_dir, rank, mem)
+    try:
+        server.wait()
+        client = SGLangHTTPClient(server.addr, max_attempts=1)
+
+        async def main():
+            plugin = await bench_plugin(client, names, adapter, config, iters, bucket_mb)
+            disk = await bench_disk(client, adapter, config, iters, root)
+            stock, stock_err = await bench_verl_stock(server.addr, model_dir, adapter, config, iters)
+            base = await bench_base_sync(client, names, model_dir, 512)
+            return plugin, disk, stock, stock_err, base
+
+        plugin, disk, stock, stock_err, base = asyncio.run(main())
+    finally:
+        server.stop()
+    return {
+        "shape": shape, "rank": rank, "adapter_MiB": round(mib, 1), "tensors": len(adapter), "iters": iters,
+        "plugin_ms": {"p50": pct(plugin, 0.5), "p95": pct(plugin, 0.95)},
+        "disk_ms": {"p50": pct(disk, 0.5), "p95": pct(disk, 0.95)},
+        "verl_stock_ms": {"p50": pct(stock, 0.5), "p95": pct(stock, 0.95)} if stock else None,
+        "verl_stock_error": stock_err, "base_sync": base,
+    }
+
+
+def print_table(results: list[dict[str, Any]], pin_ns: float) -> None:
+    print("| shape | adapter | path | p50 ms | p95 ms |")
+    print("|---|---|---|---|---|")
+    for r in results:
+        size = f"{r['adapter_MiB']} MiB / {r['tensors']} tensors"
+        print(f"| {r['shape']} | {size} | plugin (tensors, versioned) | {r['plugin_ms']['p50']:.1f} | {r['plugin_ms']['p95']:.1f} |")
+        print(f"| {r['shape']} | {size} | save to disk + /load_lora_adapter | {r['disk_ms']['p50']:.1f} | {r['disk_ms']['p95']:.1f} |")
+        if r["verl_stock_ms"]:
+            print(f"| {r['shape']} | {size} | verl stock ServerAdapter | {r['verl_stock_ms']['p50']:.1f} | {r['verl_stock_ms']['p95']:.1f} |")
+        if r["verl_stock_error"]:
+            print(f"| {r['shape']} | {size} | verl stock ServerAdapter | fails: {r['verl_stock_error']} | |")
+    print()
+    print("| shape | base bytes | update_weights_from_tensor GB/s | device copy GB/s |")
+    print("|---|---|---|---|")
+    for r in results:
+        b = r["base_sync"]
+        print(f"| {r['shape']} | {b['bytes'] / 1e9:.2f} GB | {b['sync_GBps']:.1f} | {b['d2d_copy_GBps']:.0f} |")
+    print()
+    print(f"version pinning on the rollout hot path: {pin_ns:.0f} ns per request (acquire + lora_path + release)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", action="append", choices=sorted(SHAPES), help="repeatable; default qwen3-0.6b")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--rank", type=int, default=32)
+    p.add_argument("--bucket-mb", type=int, default=64)
+    p.add_argument("--mem-fraction", type=float, default=0.5)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    pin_ns = bench_version_pinning()
+    results = [run_shape(s, args.iters, args.rank, args.bucket_mb, args.mem_fraction) for s in args.shape or ["qwen3-0.6b"]]
+    print_table(results, pin_ns)
+    if args.json:
+        args.json.write_text(json.dumps({"results": results, "version_pinning_ns": pin_ns, "torch": torch.__version__}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
