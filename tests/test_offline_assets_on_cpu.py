@@ -23,7 +23,7 @@ def assets(tmp_path_factory):
 
 def test_layout_and_size(assets):
     out, manifest = assets
-    model = out / "model" / "tiny-qwen3"
+    model = out / "model"
     for name in (
         "config.json",
         "generation_config.json",
@@ -38,7 +38,7 @@ def test_layout_and_size(assets):
     assert cfg["num_key_value_heads"] == 2 and cfg["head_dim"] == 64
     total = sum(v["bytes"] for v in manifest["files"].values())
     assert total < 30 * 2**20
-    assert (out / "testset" / "gsm8k" / "train.parquet").is_file()
+    assert (out / "testset" / "train.parquet").is_file()
     assert (out / "manifest.json").is_file()
 
 
@@ -47,7 +47,7 @@ def test_deterministic(assets, tmp_path):
     again = oa.write_offline_assets(str(tmp_path), seed=0, n_train=32, n_test=8)
     assert again["files"] == manifest["files"]
     other = oa.write_offline_assets(str(tmp_path / "s1"), seed=1, n_train=32, n_test=8)
-    key = "model/tiny-qwen3/model.safetensors"
+    key = "model/model.safetensors"
     assert other["files"][key]["sha256"] != manifest["files"][key]["sha256"]
 
 
@@ -56,7 +56,7 @@ def test_safetensors_header(assets):
     from safetensors import safe_open
 
     out, _ = assets
-    path = str(out / "model" / "tiny-qwen3" / "model.safetensors")
+    path = str(out / "model" / "model.safetensors")
     # framework="numpy" cannot hold bf16; read the header through the "pt" path only if torch exists.
     torch = pytest.importorskip("torch")
     with safe_open(path, framework="pt") as f:
@@ -74,7 +74,7 @@ def test_transformers_loads_and_runs(assets):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     out, _ = assets
-    path = str(out / "model" / "tiny-qwen3")
+    path = str(out / "model")
 
     tok = transformers.AutoTokenizer.from_pretrained(path)
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
@@ -140,5 +140,5 @@ def test_cli(tmp_path):
         capture_output=True, text=True, env=env, check=True,
     )
     assert "MODEL_PATH=" in res.stdout
-    assert (tmp_path / "model" / "tiny-qwen3" / "model.safetensors").is_file()
-    assert (tmp_path / "testset" / "gsm8k" / "test.parquet").is_file()
+    assert (tmp_path / "model" / "model.safetensors").is_file()
+    assert (tmp_path / "testset" / "test.parquet").is_file()

@@ -3,7 +3,7 @@
 Everything here is generated locally and deterministically from a seed, so tests,
 examples and GPU smoke runs need no model hub and no dataset download:
 
-* ``<out>/model/tiny-qwen3/`` -- a randomly initialised ``Qwen3ForCausalLM``
+* ``<out>/model/`` -- a randomly initialised ``Qwen3ForCausalLM``
   (hidden 256, 4 layers, 4 query heads, 2 kv heads, head_dim 64, MLP 512, no tied
   embeddings), stored as bf16 ``model.safetensors`` with ``config.json``
   (``model_type: qwen3``) and ``generation_config.json``, plus a real byte-level
@@ -11,13 +11,12 @@ examples and GPU smoke runs need no model hub and no dataset download:
   (``tokenizer.json`` + ``tokenizer_config.json`` with a Qwen-style chat template,
   ``<|im_end|>`` as eos and ``<|endoftext|>`` as pad). Loadable by
   ``transformers.AutoModelForCausalLM`` / ``AutoTokenizer`` and by SGLang.
-* ``<out>/testset/gsm8k/{train,test}.parquet`` -- GSM8K-style word problems in
+* ``<out>/testset/{train,test}.parquet`` -- GSM8K-style word problems in
   verl's row format (``data_source="openai/gsm8k"``, chat ``prompt``,
   ``ability``, ``reward_model.ground_truth``, ``extra_info``), scored by verl's
   default ``verl.utils.reward_score.gsm8k`` (answer after ``####``).
 
-The layout mirrors the ``$ASSETS/model/...`` and ``$ASSETS/testset/gsm8k`` paths the
-end-to-end scripts use. Only ``numpy``, ``tokenizers`` and ``pyarrow`` are needed:
+The examples use it as ``MODEL_PATH=$ASSETS/model`` and ``DATA=$ASSETS/testset``. Only ``numpy``, ``tokenizers`` and ``pyarrow`` are needed:
 the weights are drawn with numpy and the safetensors file is written directly, so
 the bytes do not depend on the installed torch.
 
@@ -377,8 +376,9 @@ def write_offline_assets(
     out: str, seed: int = 0, n_train: int = 256, n_test: int = 64, spec: Optional[TinyQwen3Spec] = None
 ) -> Dict[str, object]:
     """Write model + data under ``out``; return (and save as ``manifest.json``) what was written."""
-    model_dir = write_tiny_qwen3(os.path.join(out, "model", "tiny-qwen3"), seed=seed, spec=spec)
-    data = write_gsm8k(os.path.join(out, "testset", "gsm8k"), n_train=n_train, n_test=n_test, seed=seed)
+    out = os.fspath(out)
+    model_dir = write_tiny_qwen3(os.path.join(out, "model"), seed=seed, spec=spec)
+    data = write_gsm8k(os.path.join(out, "testset"), n_train=n_train, n_test=n_test, seed=seed)
     files = {}
     for root, _, names in os.walk(model_dir):
         for name in sorted(names):
@@ -405,16 +405,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         description="Write a tiny random Qwen3 checkpoint (+ real BPE tokenizer) and a synthetic GSM8K "
         "parquet set, deterministic from --seed, for offline tests and smoke runs.",
     )
-    ap.add_argument("--out", required=True, help="output directory (model/tiny-qwen3, testset/gsm8k)")
+    ap.add_argument("--out", required=True, help="output directory (gets model/ and testset/{train,test}.parquet)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-train", type=int, default=256)
     ap.add_argument("--n-test", type=int, default=64)
     args = ap.parse_args(argv)
     m = write_offline_assets(args.out, seed=args.seed, n_train=args.n_train, n_test=args.n_test)
     size = sum(v["bytes"] for v in m["files"].values())
-    print(f"MODEL_PATH={m['model_path']}  ({size / 2**20:.1f} MiB)")
-    print(f"TRAIN_FILES={m['train_files']}")
-    print(f"VAL_FILES={m['val_files']}")
+    print(f"MODEL_PATH={m['model_path']}  # {size / 2**20:.1f} MiB")
+    print(f"DATA={os.path.dirname(m['train_files'])}  # train.parquet ({m['n_train']} rows), test.parquet ({m['n_test']})")
     return 0
 
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Group the bundle's parts (.whl/parts, from build.py) into batch folders .whl/b0, .whl/b1, ...
+# of at most LIMIT_MIB each (default 60; the device tool carries 64 MiB per call, repo included),
+# first-fit decreasing, and print the device calls that carry them one after another.
+#
+#   bash scripts/offline_bundle/carry_plan.sh [PARTS=.whl/parts] [LIMIT_MIB=60]
+#
+# Every call carries one batch and copies it into /tmp/whl (the machine keeps /tmp while warm,
+# i.e. while the calls follow each other within ~30 s); the last call runs install.sh.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PARTS=${1:-$ROOT/.whl/parts}
+LIMIT_MIB=${2:-60}
+python3 - "$PARTS" "$LIMIT_MIB" "$ROOT" <<'PY'
+import os, shutil, sys
+parts, limit_mib, root = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+limit = int(limit_mib * 2**20)
+base = os.path.dirname(os.path.abspath(parts))
+for d in os.listdir(base):
+    if d.startswith("b") and d[1:].isdigit():
+        shutil.rmtree(os.path.join(base, d))
+items = sorted(((os.path.getsize(os.path.join(parts, f)), f) for f in os.listdir(parts) if f != "SHA256SUMS"),
+               reverse=True)
+bins = []  # [used, [files]]
+for size, f in items:
+    if size > limit:
+        sys.exit(f"{f} is {size / 2**20:.1f} MiB, over the {limit_mib} MiB batch limit: rebuild with smaller parts")
+    for b in bins:
+        if b[0] + size <= limit:
+            b[0] += size; b[1].append(f); break
+    else:
+        bins.append([size, [f]])
+bins[-1][1].append("SHA256SUMS")  # the last batch carries the checksums install.sh needs
+for i, (used, files) in enumerate(bins):
+    d = os.path.join(base, f"b{i}")
+    os.makedirs(d)
+    for f in files:
+        os.link(os.path.join(parts, f), os.path.join(d, f))
+rel = os.path.relpath(base, root)
+total = sum(b[0] for b in bins)
+print(f"{len(bins)} batches, {total / 2**20:.1f} MiB in all:")
+for i, (used, files) in enumerate(bins):
+    print(f"  {rel}/b{i}: {used / 2**20:5.1f} MiB, {len(files)} files")
+print("\ndevice calls, in order (each within ~30 s of the last, so the machine stays warm):")
+for i in range(len(bins)):
+    cmd = f"mkdir -p /tmp/whl && cp -al {rel}/b{i}/. /tmp/whl/ 2>/dev/null || cp -a {rel}/b{i}/. /tmp/whl/"
+    if i == len(bins) - 1:
+        cmd += " && bash scripts/offline_bundle/install.sh /tmp/whl /tmp/site && export PYTHONPATH=/tmp/site && ..."
+    print(f'  run(carry=["{rel}/b{i}"], command="{cmd}")')
+PY
