@@ -93,6 +93,10 @@ def test_connection_refused_is_retryable_and_reported():
     assert err.status is None and err.retryable and "no response" in str(err)
 
 
+def test_dataclass_wording_of_unexpected_field_is_explained():
+    assert "serialized_named_tensors" in explain("TypeError: __init__() got an unexpected keyword argument 'x'")
+
+
 @pytest.mark.parametrize("needle", [k[0] for k in KNOWN_ERRORS])
 def test_every_known_error_has_cause_and_fix(needle):
     hint = explain(f"Traceback ... {needle} ...")

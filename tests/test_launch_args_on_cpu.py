@@ -64,6 +64,11 @@ def test_megatron_module_names_map_to_hf_names_sglang_supports():
     assert get_normalized_target_modules(out) == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
 
 
+def test_peft_style_wildcard_paths_use_the_last_segment():
+    assert sglang_target_modules(["*.layers.0.*.linear_qkv", "model.layers.1.mlp.down_proj"], supported=None) == [
+        "q_proj", "k_proj", "v_proj", "down_proj"]
+
+
 @pytest.mark.parametrize("bad", [".*proj", "q_proj", "model.layers.0.self_attn.q_proj"])
 def test_regex_string_refused_naming_the_setting(bad):
     with pytest.raises(LoRAConfigError, match=r"actor_rollout_ref\.model\.target_modules.*all-linear"):

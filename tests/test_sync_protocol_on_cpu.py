@@ -97,8 +97,10 @@ def test_versions_idempotent_ack_monotonic_and_retention():
 def test_canary_judgement():
     nonzero = {"m.lora_A.weight": torch.ones(2, 2), "m.lora_B.weight": torch.ones(2, 2)}
     zero = {"m.lora_A.weight": torch.ones(2, 2), "m.lora_B.weight": torch.zeros(2, 2)}
-    judge_canary({"max_abs_diff": 0.3}, nonzero, 0.0, "v1")
-    judge_canary({"max_abs_diff": 0.0}, zero, 0.0, "v0")
+    assert judge_canary({"max_abs_diff": 0.3}, nonzero, 0.0, "v1") == "pass"
+    assert judge_canary({"max_abs_diff": 0.0}, zero, 0.0, "v0") == "pass"
+    tiny = {"m.lora_A.weight": torch.full((2, 2), 1e-3), "m.lora_B.weight": torch.full((2, 2), 1e-3)}
+    assert judge_canary({"max_abs_diff": 0.0}, tiny, 0.0, "v2") == "inconclusive"
     with pytest.raises(CanaryError, match="did not change"):
         judge_canary({"max_abs_diff": 0.0}, nonzero, 0.0, "v1")
     with pytest.raises(CanaryError, match="all-zero"):

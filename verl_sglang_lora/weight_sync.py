@@ -125,7 +125,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         canary = None
         if self.settings.canary:
             canary = await self.server_actor.canary.remote(canary_prompt_ids(self.model_config), plan["name"])
-            judge_canary(canary, adapter.tensors, self.settings.canary_min_delta, plan["name"])
+            scaling = float(config_dict["lora_alpha"]) / float(config_dict["r"])
+            canary["verdict"] = judge_canary(canary, adapter.tensors, self.settings.canary_min_delta, plan["name"], scaling)
+            if canary["verdict"] != "pass":
+                logger.warning("sglang_lora: canary inconclusive for %s (adapter delta below served precision): %s", plan["name"], canary)
         stats = {
             "version": version,
             "name": plan["name"],
@@ -136,6 +139,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             "load_ms": round((t_load - t_collect) * 1e3, 2),
             "total_ms": round((time.perf_counter() - t0) * 1e3, 2),
             "canary_max_abs_diff": None if canary is None else canary["max_abs_diff"],
+            "canary": None if canary is None else canary["verdict"],
         }
         await self.server_actor.activate_adapter.remote(plan["name"], version, adapter.fingerprint, stats)
         await self.server_actor.set_global_steps.remote(global_steps if global_steps is not None else version)

@@ -51,9 +51,11 @@ KNOWN_ERRORS: tuple[tuple[str, str, str], ...] = (
 
 
 def explain(text: str) -> str | None:
-    """'cause: ...; fix: ...' for a known failure text, else None."""
+    """'cause: ...; fix: ...' for a known failure text, else None (matched case-insensitively: msgspec says
+    'Unexpected keyword argument', a dataclass '__init__() got an unexpected keyword argument')."""
+    lowered = text.lower()
     for needle, cause, fix in KNOWN_ERRORS:
-        if needle in text:
+        if needle.lower() in lowered:
             return f"cause: {cause}. fix: {fix}."
     return None
 

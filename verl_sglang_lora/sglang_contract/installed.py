@@ -74,7 +74,7 @@ def io_struct(name: str) -> type:
     """A class from ``sglang.srt.managers.io_struct`` of the installed release, with a clear error if absent."""
     try:
         from sglang.srt.managers import io_struct as module
-    except ImportError as exc:
+    except Exception as exc:  # a half-installed SGLang can raise KeyError on re-import
         raise ImportError(
             "SGLang is not importable in this process "
             f"({exc}); install it with `pip install 'verl-sglang-lora[sglang]'` (see README, Install)."

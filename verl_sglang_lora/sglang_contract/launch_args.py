@@ -33,11 +33,8 @@ def supported_target_modules() -> list[str] | None:
     """SGLang's own list of LoRA-capable module names, or None when SGLang is not importable here."""
     try:
         from sglang.srt.utils.common import SUPPORTED_LORA_TARGET_MODULES
-    except ImportError:
-        try:
-            from sglang.srt.utils import SUPPORTED_LORA_TARGET_MODULES  # type: ignore[no-redef]
-        except ImportError:
-            return None
+    except Exception:  # a half-installed SGLang raises KeyError/AttributeError on re-import, not only ImportError
+        return None
     return list(SUPPORTED_LORA_TARGET_MODULES)
 
 
@@ -61,7 +58,8 @@ def sglang_target_modules(target_modules: Any, supported: Iterable[str] | None =
     for name in names:
         if not isinstance(name, str):
             raise LoRAConfigError(f"{TARGET_MODULES_SETTING} entries must be strings, got {name!r}")
-        for mapped in MEGATRON_TO_HF.get(name, (name.rsplit(".", 1)[-1],)):
+        leaf = name.rsplit(".", 1)[-1]  # PEFT matches the last path segment ("*.layers.0.*.linear_qkv" too)
+        for mapped in MEGATRON_TO_HF.get(leaf, (leaf,)):
             if mapped not in out:
                 out.append(mapped)
     if PEFT_ALL_LINEAR in out or ALL_SENTINEL in out:

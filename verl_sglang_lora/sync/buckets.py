@@ -93,7 +93,12 @@ class LoRAAccumulator:
 
     def finish(self) -> AccumulatedAdapter:
         if not self.tensors:
-            raise ValueError("the LoRA sync carried no tensors; refusing to load an empty adapter")
+            raise ValueError(
+                "the LoRA sync carried no tensors; refusing to load an empty adapter (SGLang would serve the base "
+                "policy). With FSDP1 and fsdp_config.use_orig_params=False, verl's collect_lora_params finds no "
+                "lora_ parameters; fix: actor_rollout_ref.actor.strategy=fsdp2 (and fsdp_config.strategy=fsdp2), or "
+                "actor_rollout_ref.actor.fsdp_config.use_orig_params=True"
+            )
         check_lora_pairs(self._modules)
         return AccumulatedAdapter(self.tensors, self.num_buckets, self.nbytes, fingerprint(self.tensors))
 

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# One verl GRPO run on the GPU host; log to $OUT/<name>.log.  usage: e2e.sh NAME [extra hydra overrides...]
+set -uo pipefail
+source scripts/device/env.sh
+NAME=$1; shift
+START=$(date +%s)
+STEPS=${STEPS:-4} timeout ${E2E_TIMEOUT:-420} bash examples/run_qwen3_lora_fsdp.sh "${SGLANG_GPU_ARGS[@]}" "$@" > "$LOGDIR/$NAME.log" 2>&1
+RC=$?
+echo "== $NAME rc=$RC wall=$(( $(date +%s) - START ))s"
+grep -E "step:[0-9]+ " "$LOGDIR/$NAME.log" | sed -e 's/.*\(step:[0-9]*\)/\1/' | cut -c1-400 | tail -8
+grep -E "sglang_lora|Error|error:|Traceback" "$LOGDIR/$NAME.log" | grep -v "UserWarning\|warnings.warn" | tail -15
+exit $RC

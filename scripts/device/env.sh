@@ -1,0 +1,14 @@
+# Sourced on the GPU host after scripts/offline_bundle/install.sh: the bundle first on sys.path, the plugin
+# installed next to it (so its verl.plugins entry point is visible), NVLink multicast off.
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export FLASHINFER_DISABLE_VERSION_CHECK=1 RAY_DEDUP_LOGS=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+LOGDIR=${OUT:-/tmp/out}
+mkdir -p "$LOGDIR"
+# triton attention + pytorch sampling: the bundle strips sglang-kernel's FA3 part and flashinfer would JIT-compile
+SGLANG_GPU_ARGS=(
+    ++actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=triton
+    ++actor_rollout_ref.rollout.engine_kwargs.sglang.sampling_backend=pytorch
+    actor_rollout_ref.rollout.enforce_eager=True
+)

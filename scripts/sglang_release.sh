@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Prepare .cache/sglang/VERSION/: a `pip install --no-deps --target` dir of one SGLang release,
+# to be used with the main .venv's python:
+#
+#   bash scripts/sglang_release.sh 0.5.23
+#   PYTHONPATH=.cache/sglang/0.5.23 .venv/bin/python -c 'import sglang; print(sglang.__version__)'
+#
+# Idempotent (a stamp records the inputs; re-run is instant).  VSL_FORCE=1 rebuilds.
+# VSL_WHEEL_DIR=/some/dir adds a local --find-links for the sglang wheels (default: PyPI only).
+#
+# Per release, on top of the main .venv (docs/cpu_environment.md has the evidence):
+#   0.5.8   sgl_kernel CPU stub (scripts/cpu_env/sgl_kernel_stub): 0.5.8 imports
+#           sgl_kernel.silu_and_mul and sgl_kernel.kvcacheio.* at module level on the
+#           io_struct import chain; sgl-kernel is a CUDA-only binary.
+#   0.5.12  nothing.
+#   0.5.18  xgrammar==0.2.1 + apache-tvm-ffi==0.1.11 (function_call parser imports xgrammar at
+#           module level; xgrammar imports tvm_ffi).  Both import fine on CPU.
+#   0.5.23  apache-tvm-ffi==0.1.11 (sglang.kernels.ops.communication imports tvm_ffi).
+# Those extras go into the target dir (--no-deps, pinned to SGLang's own pins), never into .venv.
+set -euo pipefail
+
+VERSION="${1:?usage: scripts/sglang_release.sh VERSION   (0.5.8, 0.5.12, 0.5.18, 0.5.23)}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VPY="$ROOT/.venv/bin/python"
+TARGET="$ROOT/.cache/sglang/$VERSION"
+STAMP="$TARGET/.vsl_release_stamp"
+
+log() { printf '[sglang_release %s %s] %s\n' "$VERSION" "$(date +%H:%M:%S)" "$*"; }
+die() { printf '[sglang_release %s] ERROR: %s\n' "$VERSION" "$*" >&2; exit 1; }
+[ -x "$VPY" ] || die "no $VPY: run scripts/setup_cpu_env.sh first"
+
+EXTRA_PKGS=()
+STUB_DIRS=()
+case "$VERSION" in
+  0.5.8)  STUB_DIRS=("$ROOT/scripts/cpu_env/sgl_kernel_stub/sgl_kernel") ;;
+  0.5.12) ;;
+  0.5.18) EXTRA_PKGS=("xgrammar==0.2.1" "apache-tvm-ffi==0.1.11") ;;
+  0.5.23) EXTRA_PKGS=("apache-tvm-ffi==0.1.11") ;;
+  *) log "WARNING: untested release; installing sglang==$VERSION with no extras" ;;
+esac
+
+stamp_inputs=("$ROOT/scripts/sglang_release.sh" "$ROOT/scripts/cpu_env/sglang_probe.py" "$ROOT/scripts/cpu_env/vsl_cpu_shim.py")
+for d in "${STUB_DIRS[@]+"${STUB_DIRS[@]}"}"; do
+  while IFS= read -r f; do stamp_inputs+=("$f"); done < <(find "$d" -name '*.py' | sort)
+done
+want_stamp="$( { cat "${stamp_inputs[@]}"; echo "$VERSION"; cat "$ROOT/.venv/.vsl_cpu_deps_stamp" 2>/dev/null || true; } | sha256sum | cut -d' ' -f1)"
+if [ -z "${VSL_FORCE:-}" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
+  log "up to date ($TARGET)"
+  exit 0
+fi
+
+t0=$SECONDS
+TMP="$TARGET.tmp.$$"
+rm -rf "$TMP"
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$(dirname "$TARGET")"
+
+find_links=()
+[ -n "${VSL_WHEEL_DIR:-}" ] && find_links=(--find-links "$VSL_WHEEL_DIR")
+pip_target() {
+  local st
+  set +e
+  "$VPY" -m pip --disable-pip-version-check install -q --progress-bar off --no-deps --no-compile \
+    --target "$TMP" "${find_links[@]+"${find_links[@]}"}" "$@" 2>&1 | grep -v "^WARNING: Location 'file:///"
+  st=("${PIPESTATUS[@]}")
+  set -e
+  return "${st[0]}"
+}
+
+log "pip install --no-deps --target $TMP sglang==$VERSION ${EXTRA_PKGS[*]+"${EXTRA_PKGS[*]}"}"
+pip_target "sglang==$VERSION" "${EXTRA_PKGS[@]+"${EXTRA_PKGS[@]}"}"
+rm -rf "$TMP/bin"   # console scripts pointing at .venv's python; not needed
+for d in "${STUB_DIRS[@]+"${STUB_DIRS[@]}"}"; do
+  log "adding CPU-test stub $(basename "$d") (see its docstring)"
+  cp -r "$d" "$TMP/"
+done
+t_install=$((SECONDS - t0))
+
+log "verifying with scripts/cpu_env/sglang_probe.py"
+if ! PYTHONPATH="$TMP" "$VPY" "$ROOT/scripts/cpu_env/sglang_probe.py" --expect "$VERSION" \
+      --out "$TMP/probe.json" >/dev/null 2>"$TMP/probe.err"; then
+  cat "$TMP/probe.json" >&2 2>/dev/null || true
+  tail -30 "$TMP/probe.err" >&2 || true
+  die "probe failed for sglang $VERSION"
+fi
+# the probe ran from the tmp path; record the summary and swap the dir in
+rm -rf "$TARGET"
+mv "$TMP" "$TARGET"
+trap - EXIT
+sed -i "s#$TMP#$TARGET#g" "$TARGET/probe.json"
+echo "$want_stamp" > "$STAMP"
+"$VPY" - "$TARGET/probe.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d["LoadLoRAAdapterFromTensorsReqInput"]
+tensors = [k for k in s["fields"] if "serialized" in k]
+print(f"  sglang {d['sglang_version']}: LoadLoRAAdapterFromTensorsReqInput is a {s['kind']}; "
+      + ", ".join(f"{k}: {s['fields'][k]}" for k in tensors))
+resolved_all = d["lora_check(['all'])"]
+print(f"  LoRA check: {d['lora_check_route']} -> ['all'] resolves to {resolved_all}")
+print(f"  stubs loaded: {d['cpu_stubs_loaded'] or 'none'}; torchvision schema shim used: {d['torchvision_schema_shim_used']}")
+EOF
+log "ready in $((SECONDS - t0))s (install ${t_install}s): $TARGET"

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Optional: prepare .cache/verl/VERSION/, a `pip install --no-deps --target` dir of one verl
+# release, used with the main .venv's python (its deps: numpy 2, transformers 5.10, ...):
+#
+#   bash scripts/verl_release_env.sh 0.8.0
+#   PYTHONPATH=.cache/verl/0.8.0 .venv/bin/python -c 'import verl; print(verl.__version__)'
+#
+# Good for registration and Hydra-composition tests of verl 0.8.0 / 0.9.0 (checked by
+# scripts/cpu_env/verl_probe.py: import verl, both rollout registries, compose ppo_trainer and
+# ppo_megatron_trainer).  Not a faithful runtime for training: 0.8.0 declares numpy<2 and runs
+# here against numpy 2.x and transformers 5.x.  Idempotent; VSL_FORCE=1 rebuilds.
+set -euo pipefail
+
+VERSION="${1:?usage: scripts/verl_release_env.sh VERSION   (0.8.0, 0.9.0, 0.9.1)}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VPY="$ROOT/.venv/bin/python"
+TARGET="$ROOT/.cache/verl/$VERSION"
+STAMP="$TARGET/.vsl_release_stamp"
+log() { printf '[verl_release_env %s %s] %s\n' "$VERSION" "$(date +%H:%M:%S)" "$*"; }
+die() { printf '[verl_release_env %s] ERROR: %s\n' "$VERSION" "$*" >&2; exit 1; }
+[ -x "$VPY" ] || die "no $VPY: run scripts/setup_cpu_env.sh first"
+
+want_stamp="$( { cat "$ROOT/scripts/verl_release_env.sh" "$ROOT/scripts/cpu_env/verl_probe.py"; echo "$VERSION"; cat "$ROOT/.venv/.vsl_cpu_deps_stamp" 2>/dev/null || true; } | sha256sum | cut -d' ' -f1)"
+if [ -z "${VSL_FORCE:-}" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
+  log "up to date ($TARGET)"
+  exit 0
+fi
+
+t0=$SECONDS
+TMP="$TARGET.tmp.$$"
+rm -rf "$TMP"
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$(dirname "$TARGET")"
+find_links=()
+[ -n "${VSL_WHEEL_DIR:-}" ] && find_links=(--find-links "$VSL_WHEEL_DIR")
+set +e
+"$VPY" -m pip --disable-pip-version-check install -q --progress-bar off --no-deps --no-compile \
+  --target "$TMP" "${find_links[@]+"${find_links[@]}"}" "verl==$VERSION" 2>&1 | grep -v "^WARNING: Location 'file:///"
+st=("${PIPESTATUS[@]}")
+set -e
+[ "${st[0]}" -eq 0 ] || die "pip install --target failed"
+rm -rf "$TMP/bin"
+t_install=$((SECONDS - t0))
+
+if ! PYTHONPATH="$TMP" "$VPY" "$ROOT/scripts/cpu_env/verl_probe.py" --expect "$VERSION" \
+      >"$TMP/probe.json" 2>"$TMP/probe.err"; then
+  cat "$TMP/probe.json" >&2 || true
+  tail -30 "$TMP/probe.err" >&2 || true
+  die "probe failed for verl $VERSION"
+fi
+rm -rf "$TARGET"
+mv "$TMP" "$TARGET"
+trap - EXIT
+sed -i "s#$TMP#$TARGET#g" "$TARGET/probe.json"
+echo "$want_stamp" > "$STAMP"
+"$VPY" - "$TARGET/probe.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(f"  verl {d['verl_version']}: replica registry {d['RolloutReplicaRegistry']}; "
+      f"entry-point group verl.plugins loaded on import: {d['loads_entry_point_group_verl.plugins']}; "
+      f"ppo_trainer + ppo_megatron_trainer compose OK")
+PYEOF
+log "ready in $((SECONDS - t0))s (install ${t_install}s): $TARGET"

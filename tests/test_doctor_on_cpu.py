@@ -1,0 +1,234 @@
+"""`verl-sglang-lora doctor` against the real installed verl config trees, registries and SGLang sources, on a
+tiny real Qwen3 checkpoint: good settings pass; the settings that used to fail on the GPU (regex target modules,
+max_lora_rank below the rank, the LoRA rank in the block the engine does not read) fail here, naming the setting."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl")
+pytest.importorskip("hydra")
+
+from verl_sglang_lora.cli import main  # noqa: E402
+from verl_sglang_lora.doctor import (  # noqa: E402
+    FAIL,
+    OK,
+    OVERLAY_GROUP,
+    OVERLAY_SEARCHPATH,
+    WARN,
+    matrix_cell,
+    overlay_overrides,
+    request_shape_from_source,
+    sglang_source_root,
+)
+
+FSDP_LORA = ["actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.model.lora_alpha=32"]
+MEGATRON_LORA = ["actor_rollout_ref.model.lora.rank=32", "actor_rollout_ref.model.lora.alpha=32"]
+
+
+def rows(report: str) -> dict[str, list[tuple[str, str]]]:
+    """check name -> [(status, detail)] from the printed table."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for line in report.splitlines():
+        parts = [p.strip() for p in line.split(" | ", 2)]
+        if len(parts) == 3 and parts[1] in (OK, WARN, FAIL):
+            out.setdefault(parts[0], []).append((parts[1], parts[2]))
+    return out
+
+
+def doctor(capsys, *args: str) -> tuple[int, str]:
+    code = main(["doctor", *args])
+    return code, capsys.readouterr().out
+
+
+def status(table: dict, name: str) -> str:
+    assert name in table, f"no {name!r} row in {sorted(table)}"
+    return table[name][0][0]
+
+
+def test_good_fsdp_config_passes(tiny_qwen3, capsys):
+    code, out = doctor(capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA)
+    table = rows(out)
+    assert code == 0, out
+    for name in ("version verl", "version sglang", "version torch", "version ray", "version transformers",
+                 "version peft", "entry point", "registration (fresh interpreter)", "config compose", "overlay",
+                 "rollout config", "lora", "plugin settings", "verl guards", "max_lora_rank", "launch args",
+                 "model", "target modules", "memory tags"):
+        assert status(table, name) == OK, out
+    assert status(table, "compat matrix") in (OK, WARN)  # WARN only where CI installs an untested pair
+    assert "adapter (hot-swapped)" in table["lora"][0][1]
+    assert '"lora_target_modules": ["all"]' in table["launch args"][0][1]
+    assert '"max_lora_rank": 32' in table["launch args"][0][1]
+    assert "q_proj" in table["target modules"][0][1] and ".base_layer.weight ->" in table["target modules"][0][1]
+    assert "['kv_cache']" in table["memory tags"][0][1] and "sleep_level=1" in table["memory tags"][0][1]
+    # request shape: imported where SGLang imports, read from its source on a CPU host that cannot import it
+    assert status(table, "request shape") in (OK, WARN)
+    assert "serialized_" in table["request shape"][0][1]
+    assert out.rstrip().endswith("0 FAIL")
+
+
+def test_good_megatron_config_passes_as_a_subprocess(tiny_qwen3):
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_sglang_lora", "doctor", "--config-name", "ppo_megatron_trainer",
+         f"actor_rollout_ref.model.path={tiny_qwen3}", *MEGATRON_LORA],
+        capture_output=True, text=True, timeout=300,
+    )
+    table = rows(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "engine=megatron rank=32" in table["lora"][0][1]
+    # Megatron's linear_qkv/linear_fc1/... become the HF names SGLang serves, found in the checkpoint
+    assert '"lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]' in (
+        table["launch args"][0][1]
+    )
+    assert status(table, "target modules") == OK
+
+
+def test_regex_target_modules_fail_naming_the_setting(tiny_qwen3, capsys):
+    code, out = doctor(
+        capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA,
+        'actor_rollout_ref.model.target_modules=".*proj"',
+    )
+    assert code != 0
+    failed = [d for entries in rows(out).values() for s, d in entries if s == FAIL]
+    assert any("actor_rollout_ref.model.target_modules" in d and "regex" in d for d in failed), out
+    assert "How to fix:" in out and "[FAIL] launch args: actor_rollout_ref.model.target_modules" in out
+
+
+def test_max_lora_rank_below_rank_fails_naming_the_setting(tiny_qwen3, capsys):
+    code, out = doctor(
+        capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA,
+        "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.max_lora_rank=8",
+    )
+    table = rows(out)
+    assert code != 0
+    assert status(table, "max_lora_rank") == FAIL
+    assert "engine_kwargs.sglang_lora.max_lora_rank=8" in table["max_lora_rank"][0][1]
+    assert "[FAIL] max_lora_rank:" in out and ">= 32" in out
+
+
+def test_rank_in_the_block_the_engine_does_not_read_fails(tiny_qwen3, capsys):
+    """FSDP reads the flat lora_rank; model.lora.rank alone trains nothing while the rollout expects an adapter."""
+    code, out = doctor(capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", "actor_rollout_ref.model.lora.rank=32")
+    table = rows(out)
+    assert code != 0 and status(table, "lora") == FAIL
+    assert "actor_rollout_ref.model.lora_rank=0" in table["lora"][0][1]
+
+
+def test_unknown_plugin_setting_fails(tiny_qwen3, capsys):
+    code, out = doctor(
+        capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA,
+        "+actor_rollout_ref.rollout.engine_kwargs.sglang_lora.bucket_megabytes=4",
+    )
+    table = rows(out)
+    assert code != 0
+    assert status(table, "plugin settings") == FAIL and "bucket_megabytes" in table["plugin settings"][0][1]
+
+
+def test_target_module_the_checkpoint_lacks_fails(tiny_qwen3, capsys):
+    """q_a_proj is a LoRA target SGLang serves (DeepSeek MLA) but Qwen3 has no such module."""
+    code, out = doctor(
+        capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA,
+        "actor_rollout_ref.model.target_modules=[q_proj,gate_up_proj,q_a_proj]",
+    )
+    table = rows(out)
+    assert code != 0 and status(table, "launch args") == OK
+    assert status(table, "target modules") == FAIL and "['q_a_proj']" in table["target modules"][0][1]
+    assert "[FAIL] target modules: set actor_rollout_ref.model.target_modules" in out
+
+
+def test_overlay_given_twice_is_not_duplicated():
+    user = [OVERLAY_SEARCHPATH, OVERLAY_GROUP, "actor_rollout_ref.model.lora_rank=8"]
+    assert overlay_overrides(user) == user
+    assert overlay_overrides(["a=1"]) == [OVERLAY_SEARCHPATH, OVERLAY_GROUP, "a=1"]
+
+
+def test_matrix_cells():
+    assert matrix_cell("0.9.1", "0.5.12")[0] == OK and "own [sglang] pin" in matrix_cell("0.9.1", "0.5.12")[1]
+    assert matrix_cell("0.9.0", "0.5.18.dev0")[0] == OK
+    status_, text = matrix_cell("0.7.0", "0.5.12")
+    assert status_ == WARN and "untested" in text
+    assert matrix_cell(None, "0.5.12")[0] == FAIL
+
+
+OLD_STRUCT = """
+from dataclasses import dataclass, field
+@dataclass
+class BaseReq:
+    rid: Optional[str] = field(default=None, kw_only=True)
+@dataclass
+class LoadLoRAAdapterFromTensorsReqInput(BaseReq):
+    lora_name: str
+    config_dict: Dict[str, Any]
+    serialized_tensors: str
+    pinned: bool = False
+"""
+NEW_STRUCT = """
+import msgspec
+class BaseReq(msgspec.Struct, tag=True, kw_only=True):
+    rid: Optional[str] = None
+class LoadLoRAAdapterFromTensorsReqInput(BaseReq, kw_only=True):
+    lora_name: str
+    config_dict: Dict[str, Any]
+    serialized_named_tensors: Annotated[List[bytes], Base64Bytes()]
+    expected_checksums: Optional[Dict[str, str]] = None
+"""
+
+
+@pytest.mark.parametrize(
+    "source, field, per_rank, is_msgspec, checksums",
+    [
+        (OLD_STRUCT, "serialized_tensors", False, False, False),
+        (NEW_STRUCT, "serialized_named_tensors", True, True, True),
+    ],
+)
+def test_request_shape_read_from_source_for_both_struct_styles(
+    tmp_path, source, field, per_rank, is_msgspec, checksums
+):
+    (tmp_path / "srt" / "managers").mkdir(parents=True)
+    (tmp_path / "srt" / "managers" / "io_struct.py").write_text(textwrap.dedent(source))
+    shape = request_shape_from_source(tmp_path)
+    assert (shape.field, shape.per_rank, shape.msgspec, shape.has_checksums) == (field, per_rank, is_msgspec, checksums)
+    assert "rid" in shape.declared and "lora_name" in shape.declared
+
+
+def test_source_reading_agrees_with_the_imported_struct():
+    """Where SGLang imports, reading its source gives the shape of the real struct (checked in a subprocess, so
+    this test process never imports SGLang)."""
+    root = sglang_source_root()
+    if root is None:
+        pytest.skip("SGLang not installed")
+    code = (
+        "import dataclasses, json\n"
+        "from verl_sglang_lora.sglang_contract.lora_request import request_shape\n"
+        "print(json.dumps(dataclasses.asdict(request_shape())))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        pytest.skip(f"SGLang not importable here: {proc.stderr.strip().splitlines()[-1:]}")
+    imported = json.loads(proc.stdout.strip().splitlines()[-1])
+    from_source = dataclasses.asdict(request_shape_from_source(root))
+    assert {**from_source, "declared": sorted(from_source["declared"])} == {
+        **imported, "declared": sorted(imported["declared"])
+    }
+
+
+def test_help_is_instant_and_imports_nothing_heavy():
+    code = (
+        "import sys\nfrom verl_sglang_lora.cli import main\n"
+        "try:\n    main(['doctor', '--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
+        "print(sorted(m for m in ('verl', 'torch', 'hydra', 'sglang', 'ray') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert "--config-name" in proc.stdout and "--ray" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    script = Path(sys.executable).parent / "verl-sglang-lora"
+    if script.exists():  # the console script of an installed package
+        out = subprocess.run([str(script), "doctor", "--help"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "Hydra overrides" in out.stdout
