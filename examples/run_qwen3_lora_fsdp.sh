@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # FSDP + LoRA + SGLang GRPO with rollout.name=sglang_lora (the seed-000 FSDP script's knobs).
 #
+# FSDP2 by default: with FSDP1 (strategy=fsdp) verl 0.9.1's collect_lora_params hands over no LoRA tensors
+# (seen on the H200, also with use_orig_params=True); the plugin refuses that empty adapter loudly.
 # With no MODEL_PATH/DATA it writes a tiny random Qwen3 + a synthetic GSM8K-style set (no downloads) and
 # runs on one GPU. For the real thing: MODEL_PATH=/models/Qwen3-0.6B DATA=/data/gsm8k NGPUS=4 ROLLOUT_TP=2.
 set -euo pipefail
@@ -11,6 +13,7 @@ NGPUS=${NGPUS:-1}
 ROLLOUT_TP=${ROLLOUT_TP:-1}
 LORA_RANK=${LORA_RANK:-32}
 EXP=${EXP:-qwen3_lora_sglang_fsdp}
+STRATEGY=${STRATEGY:-fsdp2}
 ASSETS=${ASSETS:-$PWD/.assets/tiny}
 
 if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
@@ -46,6 +49,9 @@ exec "$PYTHON" -m verl.trainer.main_ppo \
     actor_rollout_ref.actor.optim.lr=3e-6 \
     actor_rollout_ref.actor.use_kl_loss=False \
     actor_rollout_ref.actor.entropy_coeff=0 \
+    actor_rollout_ref.actor.strategy="$STRATEGY" \
+    actor_rollout_ref.actor.fsdp_config.strategy="$STRATEGY" \
+    actor_rollout_ref.ref.fsdp_config.strategy="$STRATEGY" \
     actor_rollout_ref.actor.fsdp_config.param_offload=False \
     actor_rollout_ref.actor.fsdp_config.optimizer_offload=False \
     actor_rollout_ref.rollout.name=sglang_lora \

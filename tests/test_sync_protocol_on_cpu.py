@@ -95,13 +95,17 @@ def test_versions_idempotent_ack_monotonic_and_retention():
 
 
 def test_canary_judgement():
-    nonzero = {"m.lora_A.weight": torch.ones(2, 2), "m.lora_B.weight": torch.ones(2, 2)}
-    zero = {"m.lora_A.weight": torch.ones(2, 2), "m.lora_B.weight": torch.zeros(2, 2)}
-    assert judge_canary({"max_abs_diff": 0.3}, nonzero, 0.0, "v1") == "pass"
-    assert judge_canary({"max_abs_diff": 0.0}, zero, 0.0, "v0") == "pass"
-    tiny = {"m.lora_A.weight": torch.full((2, 2), 1e-3), "m.lora_B.weight": torch.full((2, 2), 1e-3)}
-    assert judge_canary({"max_abs_diff": 0.0}, tiny, 0.0, "v2") == "inconclusive"
+    from verl_sglang_lora.sync.canary import CanaryExpectation
+
+    nonzero = CanaryExpectation.of({"m.lora_A.weight": torch.ones(2, 2), "m.lora_B.weight": torch.ones(2, 2)}, 1.0)
+    zero = CanaryExpectation.of({"m.lora_A.weight": torch.ones(2, 2), "m.lora_B.weight": torch.zeros(2, 2)}, 1.0)
+    tiny = CanaryExpectation.of({"m.lora_A.weight": torch.full((2, 2), 1e-3), "m.lora_B.weight": torch.full((2, 2), 1e-3)}, 1.0)
+    assert zero.zero and not nonzero.zero and nonzero.effect_bound == pytest.approx(4.0)
+    assert judge_canary({"max_abs_diff": 0.3}, nonzero, "v1") == "pass"
+    assert judge_canary({"max_abs_diff": 0.0}, zero, "v0") == "pass"
+    assert judge_canary({"max_abs_diff": 0.0}, tiny, "v2") == "inconclusive"
     with pytest.raises(CanaryError, match="did not change"):
-        judge_canary({"max_abs_diff": 0.0}, nonzero, 0.0, "v1")
+        judge_canary({"max_abs_diff": 0.0}, nonzero, "v1")
     with pytest.raises(CanaryError, match="all-zero"):
-        judge_canary({"max_abs_diff": 0.5}, zero, 0.0, "v0")
+        judge_canary({"max_abs_diff": 0.5}, zero, "v0")
+    assert CanaryExpectation(**nonzero.to_dict()) == nonzero  # travels to the server actor as a dict

@@ -27,6 +27,7 @@ from verl_sglang_lora.memory_tags import KV_CACHE, MemoryTagLedger
 from verl_sglang_lora.settings import PluginSettings
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 from verl_sglang_lora.sglang_server_args import wrap_server_args
+from verl_sglang_lora.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
 from verl_sglang_lora.sync.versions import AdapterVersions, Lease
 from verl_sglang_lora.verl_compat import load_verl_sglang_server
 
@@ -54,6 +55,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank)
         self._raw_generate_request = None
         self._warned_no_adapter = False
+        self._pending_canary: tuple[str, CanaryExpectation] | None = None
+        self.last_canary: dict[str, Any] | None = None
 
     # ---- launch -------------------------------------------------------------------------------------
     async def launch_server(self, *args: Any, **kwargs: Any) -> Any:
@@ -149,6 +152,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 raise
             if KV_CACHE in todo:
                 await self.tokenizer_manager.flush_cache()
+                await self._run_pending_canary()
         return todo
 
     async def sleep(self) -> None:
@@ -171,16 +175,34 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         action = self.adapters.check_push(version, fingerprint)
         return {"action": action, "name": self.adapters.active.name if action == "ack" else self.adapters.name_for(version)}
 
-    async def activate_adapter(self, name: str, version: int, fingerprint: str, stats: dict | None = None) -> dict:
+    async def activate_adapter(
+        self, name: str, version: int, fingerprint: str, stats: dict | None = None, canary: dict | None = None
+    ) -> dict:
         stale = self.adapters.activate(name, version, fingerprint)
         if stale:
             await self._unload(stale)
         if stats:
             logger.info("sglang_lora: adapter %s active (version %d) %s", name, version, stats)
+        if canary is not None:
+            self._pending_canary = (name, CanaryExpectation(**canary))
+            if KV_CACHE not in self.memory.released:  # otherwise at resume_memory(kv_cache)
+                await self._run_pending_canary()
         return self.adapters.status()
 
+    async def _run_pending_canary(self) -> None:
+        """Score the canary prompt for the newest adapter; a contradiction raises into the caller (the trainer)."""
+        if self._pending_canary is None:
+            return
+        name, expect = self._pending_canary
+        self._pending_canary = None
+        result = await self.canary(canary_prompt_ids(self.model_config), name)
+        verdict = judge_canary(result, expect, name)
+        self.last_canary = {"adapter": name, "verdict": verdict, **result}
+        log = logger.info if verdict == "pass" else logger.warning
+        log("sglang_lora: canary %s", self.last_canary)
+
     def adapter_status(self) -> dict[str, Any]:
-        return self.adapters.status()
+        return {**self.adapters.status(), "last_canary": self.last_canary}
 
     async def _unload(self, names: list[str]) -> None:
         cls = _io("UnloadLoRAAdapterReqInput")

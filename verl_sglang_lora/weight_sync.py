@@ -23,7 +23,7 @@ from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import LORA_RE, ModelWeightNames, strip_wrappers
 from verl_sglang_lora.sync.adapter_push import adapter_load_body, collect_adapter
-from verl_sglang_lora.sync.canary import CanaryError, canary_prompt_ids, judge_canary
+from verl_sglang_lora.sync.canary import CanaryError, CanaryExpectation
 from verl_sglang_lora.verl_compat import load_verl_server_adapter
 
 logger = logging.getLogger(__name__)
@@ -122,13 +122,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         await (await self.http()).load_lora_adapter_from_tensors(body)
         t_load = time.perf_counter()
 
-        canary = None
+        expect = None
         if self.settings.canary:
-            canary = await self.server_actor.canary.remote(canary_prompt_ids(self.model_config), plan["name"])
             scaling = float(config_dict["lora_alpha"]) / float(config_dict["r"])
-            canary["verdict"] = judge_canary(canary, adapter.tensors, self.settings.canary_min_delta, plan["name"], scaling)
-            if canary["verdict"] != "pass":
-                logger.warning("sglang_lora: canary inconclusive for %s (adapter delta below served precision): %s", plan["name"], canary)
+            expect = CanaryExpectation.of(adapter.tensors, scaling, self.settings.canary_min_delta)
         stats = {
             "version": version,
             "name": plan["name"],
@@ -138,10 +135,11 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             "collect_ms": round((t_collect - t0) * 1e3, 2),
             "load_ms": round((t_load - t_collect) * 1e3, 2),
             "total_ms": round((time.perf_counter() - t0) * 1e3, 2),
-            "canary_max_abs_diff": None if canary is None else canary["max_abs_diff"],
-            "canary": None if canary is None else canary["verdict"],
         }
-        await self.server_actor.activate_adapter.remote(plan["name"], version, adapter.fingerprint, stats)
+        # the server runs the canary as soon as its KV cache is resident (now, or at resume(kv_cache))
+        await self.server_actor.activate_adapter.remote(
+            plan["name"], version, adapter.fingerprint, stats, None if expect is None else expect.to_dict()
+        )
         await self.server_actor.set_global_steps.remote(global_steps if global_steps is not None else version)
         self.last_sync = stats
         logger.info("sglang_lora: adapter sync %s", stats)

@@ -143,13 +143,8 @@ def test_sleep_wake_cycles_through_ledger_never_keyerror(server):
                 await client.resume_memory_occupation(ledger.to_resume(["kv_cache"]))
                 assert ledger.released == set()
                 assert len(await _prompt_logprobs(client, None)) > 0
-        # the seed's layer 4, reproduced: resuming a tag that was never released fails, body shown
-        with pytest.raises(SGLangRequestError) as info:
-            await client.resume_memory_occupation(["weights"])
-        return str(info.value)
 
-    message = asyncio.run(main())
-    assert "resume_memory_occupation" in message
+    asyncio.run(main())
 
 
 def test_base_weight_update_with_fsdp_style_names(server, model_path):
@@ -178,3 +173,16 @@ def test_base_weight_update_with_fsdp_style_names(server, model_path):
 
     before, after = asyncio.run(main())
     assert max(abs(a - b) for a, b in zip(before, after)) > 1e-3
+
+
+def test_zz_naive_resume_of_unreleased_weights_fails_loudly(server):
+    """The seed's layer 4 without the ledger. Runs last: on SGLang 0.5.12 the KeyError takes the server down
+    (seen on the H200: the next request got 'connection refused')."""
+
+    async def main():
+        client = SGLangHTTPClient(server, max_attempts=1)
+        with pytest.raises(SGLangRequestError) as info:
+            await client.resume_memory_occupation(["weights"])
+        return str(info.value)
+
+    assert "resume_memory_occupation" in asyncio.run(main())

@@ -1,6 +1,8 @@
 """Post-sync canary: prove the served policy is the one the trainer just produced.
 
-After each adapter load the server scores a fixed prompt with and without the new adapter. An adapter whose
+After each adapter load the server scores a fixed prompt with and without the new adapter -- as soon as its
+KV cache is resident again (during a hybrid sync it is released, and a generate then would crash SGLang's
+scheduler, as seen on the H200). An adapter whose
 B matrices are non-zero must change the log-probs; an all-zero adapter (LoRA's initial state) must not. A
 served policy that contradicts the pushed tensors -- a request without ``lora_path``, a stale adapter, names
 SGLang silently ignored -- fails loudly instead of training on the wrong samples.
@@ -8,6 +10,7 @@ SGLang silently ignored -- fails loudly instead of training on the wrong samples
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 import torch
@@ -52,30 +55,39 @@ def adapter_effect_bound(tensors: Mapping[str, torch.Tensor], scaling: float) ->
     return bound
 
 
-def judge_canary(
-    result: Mapping[str, float],
-    tensors: Mapping[str, torch.Tensor],
-    min_delta: float,
-    name: str,
-    scaling: float = 1.0,
-    resolvable_effect: float = INCONCLUSIVE_EFFECT,
-) -> str:
+@dataclass(frozen=True)
+class CanaryExpectation:
+    """What the pushed tensors imply for the served log-probs (computed where the tensors are: the client)."""
+
+    zero: bool
+    effect_bound: float
+    min_delta: float = 0.0
+
+    @classmethod
+    def of(cls, tensors: Mapping[str, torch.Tensor], scaling: float, min_delta: float = 0.0) -> "CanaryExpectation":
+        return cls(adapter_is_zero(tensors), adapter_effect_bound(tensors, scaling), min_delta)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge_canary(result: Mapping[str, float], expect: CanaryExpectation, name: str) -> str:
     """'pass', or 'inconclusive' when the adapter is too small to move bf16 log-probs; raises on a contradiction."""
     diff = float(result["max_abs_diff"])
-    if adapter_is_zero(tensors):
+    if expect.zero:
         if diff > ZERO_ADAPTER_TOLERANCE:
             raise CanaryError(
                 f"canary: adapter {name} has all-zero lora_B yet changed the log-probs by {diff:.3g}; SGLang is "
                 "serving something other than the pushed adapter"
             )
         return "pass"
-    if diff > min_delta:
+    if diff > expect.min_delta:
         return "pass"
-    if adapter_effect_bound(tensors, scaling) < resolvable_effect:
+    if expect.effect_bound < INCONCLUSIVE_EFFECT:
         return "inconclusive"  # early in training the delta can sit below the served precision
     raise CanaryError(
-        f"canary: adapter {name} (non-zero lora_B, weight delta up to "
-        f"{adapter_effect_bound(tensors, scaling):.3g}) did not change the served log-probs (max |delta| = {diff:.3g} "
-        f"<= {min_delta}); the served policy is not the trained one -- adapter not applied, wrong names, or "
-        "target modules not served. Set engine_kwargs.sglang_lora.canary=false only to debug."
+        f"canary: adapter {name} (non-zero lora_B, weight delta up to {expect.effect_bound:.3g}) did not change the "
+        f"served log-probs (max |delta| = {diff:.3g} <= {expect.min_delta}); the served policy is not the trained "
+        "one -- adapter not applied, wrong names, or target modules not served. Set "
+        "engine_kwargs.sglang_lora.canary=false only to debug."
     )
