@@ -21,8 +21,9 @@ setup(
         "verl_sglang_lora.configs",
         "verl_sglang_lora.configs.sglang_lora",
     ],
-    package_dir={"verl_sglang_lora.configs": "configs", "verl_sglang_lora.configs.sglang_lora": "configs/sglang_lora"},
-    package_data={"verl_sglang_lora.configs": ["*.yaml"], "verl_sglang_lora.configs.sglang_lora": ["*.yaml"]},
+    # configs/ at the top level is a link to verl_sglang_lora/configs: the overlay must live inside the package so
+    # that pkg://verl_sglang_lora.configs resolves however the package is imported (installed, editable, or cwd).
+    package_data={"verl_sglang_lora": ["*.json"], "verl_sglang_lora.configs.sglang_lora": ["*.yaml"]},
     install_requires=[
         "verl>=0.8.0,<0.10",
         "torch",

@@ -83,3 +83,11 @@ def test_config_guards_name_setting_and_fix():
     with pytest.raises(UnsupportedConfigError, match="raw video"):
         refuse_raw_video([object()])
     refuse_raw_video([{"format": "processor_output"}])
+
+
+def test_overlay_applied_detects_a_skipped_overlay():
+    from verl_sglang_lora.config_guards import overlay_applied
+
+    assert overlay_applied({"external_lib": "verl_sglang_lora.register"})
+    assert overlay_applied({"external_lib": ["my_models", "verl_sglang_lora.register"]})
+    assert not overlay_applied({"external_lib": None})

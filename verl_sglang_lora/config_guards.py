@@ -50,6 +50,16 @@ def config_problems(rollout_config: Any, model_config: Any) -> list[str]:
     return problems
 
 
+def overlay_applied(model_config: Any) -> bool:
+    """Whether the Hydra overlay reached this config (it sets model.external_lib to the register module).
+
+    If ``hydra.searchpath`` does not resolve, Hydra reads ``+sglang_lora=default`` as a plain key and the overlay
+    is silently skipped (seen on the H200 before the overlay moved inside the package)."""
+    libs = cfg_get(model_config, "external_lib", None)
+    libs = [libs] if isinstance(libs, str) else list(libs or [])
+    return "verl_sglang_lora.register" in libs
+
+
 def check_config(rollout_config: Any, model_config: Any) -> None:
     problems = config_problems(rollout_config, model_config)
     if problems:

@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from verl_sglang_lora.config_guards import check_config, refuse_raw_video
+from verl_sglang_lora.config_guards import check_config, overlay_applied, refuse_raw_video
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.memory_tags import KV_CACHE, MemoryTagLedger
 from verl_sglang_lora.settings import PluginSettings
@@ -46,6 +46,13 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         check_config(self.config, self.model_config)
+        if not overlay_applied(self.model_config):
+            logger.warning(
+                "sglang_lora: the Hydra overlay is not applied (actor_rollout_ref.model.external_lib lacks "
+                "verl_sglang_lora.register); registration relies on the verl.plugins entry point alone. Add "
+                "`hydra.searchpath=[pkg://verl_sglang_lora.configs] +sglang_lora=default` and check "
+                "`verl-sglang-lora doctor`."
+            )
         self.lora = lora_plan(self.model_config)
         self.sleep_level = self.lora.sleep_level
         self.memory = MemoryTagLedger(as_adapter=self.lora.as_adapter)
