@@ -25,8 +25,7 @@ class PluginSettings:
     """Send sha256 per tensor where SGLang verifies them (>=0.5.18); costs a device->host copy."""
     http_timeout_s: float = 300.0
     http_max_attempts: int = 3
-    restart_on_failure: bool = True
-    """Restart a dead SGLang server and re-push the latest adapter before failing the step."""
+    """Attempts for retryable failures (connection refused/reset, timeouts, 502/503/504); 4xx fail at once."""
 
     @classmethod
     def from_rollout_config(cls, rollout_config: Any) -> "PluginSettings":
