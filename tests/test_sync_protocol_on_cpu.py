@@ -76,20 +76,25 @@ def test_fingerprint_tracks_content():
 def test_versions_idempotent_ack_monotonic_and_retention():
     v = AdapterVersions()
     assert v.check_push(1, "f1") == "load"
-    name1 = v.name_for(1)
-    assert name1 == adapter_name(1) == "verl_lora_v1"
-    assert v.activate(name1, 1, "f1") == []
+    v1 = v.name_for(1)
+    assert v1 == adapter_name(1) == "verl_lora_v1"
+    assert v.activate(v1, 1, "f1") == []
     assert v.check_push(1, "f1") == "ack"  # re-push of the served version
     assert v.check_push(1, "other") == "load"  # same version, different content -> a revision name
-    lease = v.acquire()  # an in-flight request on v1
-    name2 = v.name_for(2)
-    assert v.activate(name2, 2, "f2") == []  # v1 still referenced: not unloaded
-    assert v.release(lease) == [name1]  # last reference gone: now unload v1
-    v.forget([name1])
-    assert v.status()["loaded"] == [name2]
+    on_v1 = v.acquire()  # an in-flight request on v1
+    v2 = v.name_for(2)
+    assert v.activate(v2, 2, "f2") == []  # v1 still referenced: not unloaded
+    on_v2 = v.acquire()
+    v3 = v.name_for(3)
+    assert v.activate(v3, 3, "f3") == []  # v1 and v2 both still referenced
+    assert v.release(on_v1) == [v1]  # last reference to v1 gone: unload v1 ...
+    assert v.release(on_v2) == [v2]  # ... and v1 is not handed out a second time
+    assert v.status()["unloading"] == [v1, v2]
+    v.forget([v1, v2])
+    assert v.status()["loaded"] == [v3] and v.status()["unloading"] == []
     with pytest.raises(ValueError, match="monotonic"):
         v.check_push(1, "f1")
-    assert v.name_for(2) == "verl_lora_v2r1"
+    assert v.name_for(3) == "verl_lora_v3r1"
     with pytest.raises(ValueError):
         adapter_name(2**63)
 

@@ -35,6 +35,7 @@ class AdapterVersions:
     fingerprints: dict[str, str] = field(default_factory=dict)
     refs: dict[str, int] = field(default_factory=dict)
     loaded: set[str] = field(default_factory=set)
+    unloading: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def acquire(self) -> Lease | None:
@@ -71,7 +72,7 @@ class AdapterVersions:
         """A fresh name for ``version``; a re-push of the same version with different content gets a revision."""
         with self._lock:
             revision = 0
-            while adapter_name(version, revision) in self.loaded:
+            while adapter_name(version, revision) in self.loaded | self.unloading:
                 revision += 1
             return adapter_name(version, revision)
 
@@ -89,6 +90,7 @@ class AdapterVersions:
         with self._lock:
             for n in names:
                 self.loaded.discard(n)
+                self.unloading.discard(n)
                 self.refs.pop(n, None)
                 self.fingerprints.pop(n, None)
 
@@ -98,9 +100,14 @@ class AdapterVersions:
                 "active_name": self.active.name if self.active else None,
                 "active_version": self.active.version if self.active else None,
                 "loaded": sorted(self.loaded),
+                "unloading": sorted(self.unloading),
                 "in_flight": {k: v for k, v in self.refs.items() if v},
             }
 
     def _stale_unreferenced(self) -> list[str]:
+        """Stale names nobody references, handed out once (moved to ``unloading``) so no name is unloaded twice."""
         active = self.active.name if self.active else None
-        return sorted(n for n in self.loaded if n != active and self.refs.get(n, 0) == 0)
+        stale = sorted(n for n in self.loaded if n != active and self.refs.get(n, 0) == 0)
+        self.loaded.difference_update(stale)
+        self.unloading.update(stale)
+        return stale
