@@ -8,10 +8,6 @@ from pathlib import Path
 import pytest
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU and a real SGLang server")
-
-
 @pytest.fixture(scope="session")
 def tiny_qwen3(tmp_path_factory) -> Path:
     """A 2-layer random Qwen3 saved as safetensors: real parameter names, no download."""
