@@ -130,8 +130,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             _current_lease.reset(token)
             self._release(lease)
         extra = getattr(output, "extra_fields", None)
-        if isinstance(extra, dict):
+        if isinstance(extra, dict):  # verl's agent loop turns extra_fields into per-sample non_tensor_batch columns
             extra["adapter_version"] = lease.version if lease else -1
+            if lease is not None and self.global_steps is not None:
+                extra["adapter_staleness"] = int(self.global_steps) - lease.version
         return output
 
     # ---- memory: one ledger for sleep/wake_up and the client's release/resume ---------------------------

@@ -1,0 +1,721 @@
+"""One cell of the compatibility matrix, probed against the real code of the releases on ``sys.path``.
+
+Run in a subprocess with the main venv's python and a release dir in front of site-packages:
+
+    PYTHONPATH=.cache/sglang/0.5.8 .venv/bin/python tests/compat_probe.py sglang
+    PYTHONPATH=.cache/sglang/0.5.8:.cache/verl/0.8.0 .venv/bin/python tests/compat_probe.py sglang --stock
+    PYTHONPATH=.cache/verl/0.8.0 .venv/bin/python tests/compat_probe.py verl
+
+Prints exactly one JSON line on stdout (everything the libraries print goes to stderr).
+
+``sglang``: the plugin's contract layer against THAT SGLang release's own code --
+  * the request shape read from its ``LoadLoRAAdapterFromTensorsReqInput``;
+  * the plugin's request for tp 1/2/4 with real tensors -> ``request_to_json`` -> JSON text -> pydantic
+    ``TypeAdapter(LoadLoRAAdapterFromTensorsReqInput)`` (FastAPI's decode path for the route) -> the release's
+    ``MultiprocessingSerializer.deserialize`` of every blob a TP rank reads: tensors equal;
+  * ``lora_launch_args`` through the release's real ``ServerArgs`` LoRA check (``check_lora_server_args``;
+    on 0.5.23 ``arg_groups.lora_hook.check_lora_server_args`` + ``resolving_view``);
+  * ``normalize_peft_config`` of a real peft ``LoraConfig.to_dict()`` (FSDP, after injection) and of the
+    ``"all-linear"`` string config (Megatron) through the release's ``LoRAConfig.from_dict``,
+    ``get_normalized_target_modules`` and ``LoRAMemoryPool.can_support`` (the check behind "adapter ... is
+    incompatible with the current LoRA memory pool configuration").
+``--stock`` adds verl's OWN path for the verl on the path: ``ServerAdapter.update_weights``'s request field
+  (read from its source), the real ``ServerAdapter.wrap_lora_params`` (unbound), the request struct built as verl
+  builds it, verl's real HTTP client body, the release's decoder and deserializer, verl's adapter configs, and
+  verl's launch-arg rendering through the release's ServerArgs check (char-split detection).
+``verl``: registration (both registries; entry point vs ``import verl_sglang_lora.register`` vs
+  ``VERL_USE_EXTERNAL_MODULES``) and the Hydra overlay composed into ``ppo_trainer`` / ``ppo_megatron_trainer``
+  and converted with verl's ``omega_conf_to_dataclass``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import warnings
+from typing import Any, Callable
+
+RANK, ALPHA = 8, 16
+TP_SIZES = (1, 2, 4)
+HF_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+MEGATRON_DEFAULT = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]  # verl's model.lora.target_modules
+# SGLang resolves `--lora-target-modules all` (>= 0.5.12) by scanning the served model; for Qwen3 these are its
+# LoRA-capable (packed) linear modules, plus the embedding names SGLang always adds.
+QWEN3_SGLANG_MODULES = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+EMBEDDING_NAMES = {"embed_tokens", "lm_head"}
+# Modules the probe stubs to import verl's sglang_rollout on a CPU host: server entry points and uvicorn (not in
+# the CPU venv); none of them is on the adapter request path exercised here.
+INERT_MODULES = ("sglang.srt.entrypoints.engine", "sglang.srt.entrypoints.http_server", "uvicorn")
+# docs/verl_touchpoints.md B3, cross-checked against the source of each release's update_weights
+DOCUMENTED_STOCK_FIELD = {"0.8.0": "serialized_tensors", "0.9.0": "serialized_tensors", "0.9.1": "serialized_named_tensors"}
+
+
+def _err(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return " ".join(text.split())[:600]
+
+
+def step(fn: Callable[[], dict | None]) -> dict:
+    """Run one check; an exception is a failed check with its message, never a crashed probe."""
+    t0 = time.perf_counter()
+    try:
+        out = fn() or {}
+        out.setdefault("ok", True)
+    except Exception as exc:  # noqa: BLE001 - every failure is data here
+        out = {"ok": False, "error": _err(exc)}
+    out["secs"] = round(time.perf_counter() - t0, 3)
+    return out
+
+
+def char_split(modules: Any) -> bool:
+    """A target-module collection that is a string torn into characters."""
+    return bool(modules) and not isinstance(modules, str) and all(isinstance(m, str) and len(m) == 1 for m in modules)
+
+
+def _sorted(value: Any) -> Any:
+    return sorted(value) if isinstance(value, (set, frozenset, list, tuple)) else value
+
+
+# ---- shared fixtures --------------------------------------------------------------------------------------------
+def tiny_qwen3_config_dir() -> str:
+    """A directory with only a tiny Qwen3 config.json: what ServerArgs and verl's HFModelConfig read."""
+    from transformers import Qwen3Config
+
+    path = tempfile.mkdtemp(prefix="vsl_compat_qwen3_")
+    cfg = Qwen3Config(
+        vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=False,
+    )
+    cfg.architectures = ["Qwen3ForCausalLM"]
+    cfg.save_pretrained(path)
+    return path
+
+
+def adapter_tensors() -> dict:
+    """Named LoRA tensors as the FSDP export names them (fp32 and bf16, deterministic values)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    prefix = "base_model.model.model.layers.0"
+    return {
+        f"{prefix}.self_attn.q_proj.lora_A.weight": torch.randn(RANK, 64, generator=gen),
+        f"{prefix}.self_attn.q_proj.lora_B.weight": torch.randn(64, RANK, generator=gen),
+        f"{prefix}.mlp.down_proj.lora_A.weight": torch.randn(RANK, 128, generator=gen).to(torch.bfloat16),
+        f"{prefix}.mlp.down_proj.lora_B.weight": torch.randn(64, RANK, generator=gen).to(torch.bfloat16),
+    }
+
+
+def tensors_equal(got: Any, want: dict) -> tuple[bool, str]:
+    import torch
+
+    if not isinstance(got, dict) or set(got) != set(want):
+        return False, f"names differ: {sorted(got) if isinstance(got, dict) else type(got).__name__}"
+    for name, tensor in want.items():
+        other = got[name]
+        if other.dtype != tensor.dtype or other.shape != tensor.shape or not torch.equal(other, tensor):
+            return False, f"{name}: {other.dtype}{tuple(other.shape)} != {tensor.dtype}{tuple(tensor.shape)}"
+    return True, ""
+
+
+def fsdp_peft_config() -> dict:
+    """What verl's FSDP engine hands over: ``peft_model.peft_config['default'].to_dict()`` after peft injected
+    ``target_modules='all-linear'`` into a (tiny, random) Qwen3 -- enums and a *set* of module names."""
+    import torch
+    from peft import LoraConfig, TaskType, get_peft_model
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=64,
+    ))
+    peft_model = get_peft_model(model, LoraConfig(
+        task_type=TaskType.CAUSAL_LM, r=RANK, lora_alpha=ALPHA, target_modules="all-linear", bias="none",
+    ))
+    return peft_model.peft_config["default"].to_dict()
+
+
+MEGATRON_CONFIG = {  # verl 0.9.0's build_peft_config_for_vllm output shape (no peft_type, the string target)
+    "task_type": "CAUSAL_LM", "r": RANK, "lora_alpha": ALPHA, "target_modules": "all-linear", "bias": "none",
+    "lora_dropout": 0.0,
+}
+
+
+def describe_config(cfg: dict) -> dict:
+    target = cfg.get("target_modules")
+    return {
+        "keys": sorted(cfg) if len(cfg) <= 12 else f"{len(cfg)} keys (peft LoraConfig.to_dict())",
+        "peft_type": str(getattr(cfg.get("peft_type"), "value", cfg.get("peft_type"))),
+        "target_modules": _sorted(list(target)) if isinstance(target, (set, frozenset)) else target,
+        "target_modules_type": type(target).__name__,
+    }
+
+
+# ---- SGLang -----------------------------------------------------------------------------------------------------
+class SGLang:
+    """The release on sys.path: its structs, decoders, server-arg check and LoRA adapter checks."""
+
+    def __init__(self) -> None:
+        import sglang
+        from sglang.srt.lora import utils as lora_utils
+        from sglang.srt.managers import io_struct
+        from sglang.srt.utils import MultiprocessingSerializer
+
+        self.version = sglang.__version__
+        self.file = sglang.__file__
+        self.request_cls = io_struct.LoadLoRAAdapterFromTensorsReqInput
+        self.serializer = MultiprocessingSerializer
+        self.normalize = lora_utils.get_normalized_target_modules
+        try:
+            from sglang.srt.utils.common import SUPPORTED_LORA_TARGET_MODULES
+        except ImportError:
+            from sglang.srt.utils import SUPPORTED_LORA_TARGET_MODULES
+        self.supported = sorted(SUPPORTED_LORA_TARGET_MODULES)
+        self.model_dir = tiny_qwen3_config_dir()
+
+    def decode(self, body: dict) -> Any:
+        """FastAPI's decode of the route's body: pydantic validation of the request class, from JSON text."""
+        import pydantic
+
+        return pydantic.TypeAdapter(self.request_cls).validate_python(json.loads(json.dumps(body)))
+
+    def server_args_check(self, launch_args: dict) -> dict:
+        """The release's own LoRA server-arg validation (docs/cpu_environment.md, per release)."""
+        from sglang.srt.server_args import ServerArgs
+
+        sa = ServerArgs(model_path=self.model_dir, device="cpu", **launch_args)
+        if hasattr(sa, "check_lora_server_args"):  # <= 0.5.18: a method that mutates the fields
+            sa.check_lora_server_args()
+            route, resolved = "ServerArgs.check_lora_server_args()", sa.lora_target_modules
+        else:  # 0.5.23: a hook; fields stay as given, the resolved value is in the resolving view
+            from sglang.srt.arg_groups.lora_hook import check_lora_server_args
+            from sglang.srt.arg_groups.overrides import resolving_view
+
+            check_lora_server_args(sa)
+            route = "arg_groups.lora_hook.check_lora_server_args(sa); resolving_view(sa)"
+            resolved = resolving_view(sa).lora_target_modules
+        return {"route": route, "resolved": _sorted(resolved), "char_split": char_split(resolved)}
+
+    def pool_modules(self, resolved: list[str]) -> tuple[set, str]:
+        """The LoRA memory pool's target modules for resolved launch modules, as LoRAManager.init_lora_shapes
+        derives them: the normalized set, or for the `all` sentinel (>= 0.5.12) the served model's modules."""
+        if set(resolved) == {"all"}:
+            return QWEN3_SGLANG_MODULES | EMBEDDING_NAMES, "all -> Qwen3's LoRA modules + embeddings (model scan)"
+        return set(self.normalize(resolved)), "get_normalized_target_modules(resolved launch modules)"
+
+    def adapter_check(self, config_dict: dict, launch: dict) -> dict:
+        """The release's adapter-side checks for a config dict sent with a LoRA load."""
+        from sglang.srt.lora.lora_config import LoRAConfig
+        from sglang.srt.lora.mem_pool import LoRAMemoryPool
+
+        cfg = LoRAConfig.from_dict(json.loads(json.dumps(config_dict)))
+        out: dict[str, Any] = {"r": cfg.r, "lora_alpha": cfg.lora_alpha}
+        # sglang/srt/lora/lora.py asserts hf_config["peft_type"].lower() == "lora" when the adapter is built
+        peft_type = cfg.hf_config.get("peft_type")
+        out["peft_type_ok"] = isinstance(peft_type, str) and peft_type.lower() == "lora"
+        if not out["peft_type_ok"]:
+            out["peft_type_error"] = "KeyError: 'peft_type'" if peft_type is None else f"peft_type={peft_type!r}"
+        try:
+            normalized = self.normalize(cfg.target_modules)
+            out["normalized_target_modules"] = sorted(normalized)
+            out["char_split"] = char_split(normalized - {"all"})
+        except Exception as exc:  # noqa: BLE001
+            out.update(ok=False, error=f"get_normalized_target_modules: {_err(exc)}")
+            return out
+        pool_modules, how = self.pool_modules(launch["resolved"])
+        pool = types.SimpleNamespace(max_lora_rank=launch["max_lora_rank"], lora_added_tokens_size=0,
+                                     target_modules=pool_modules)
+        out["pool_target_modules"], out["pool_from"] = sorted(pool_modules), how
+        out["can_support"] = bool(LoRAMemoryPool.can_support(pool, cfg))
+        out["ok"] = out["peft_type_ok"] and out["can_support"] and not out["char_split"]
+        if not out["can_support"]:
+            out["error"] = (f"LoRAMemoryPool.can_support is False: adapter modules {sorted(normalized)} vs pool "
+                            f"{sorted(pool_modules)} -> 'LoRA adapter ... is incompatible with the current LoRA "
+                            "memory pool configuration'")
+        elif not out["peft_type_ok"]:
+            out["error"] = f"SGLang's adapter loader asserts peft_type == 'lora': {out['peft_type_error']}"
+        return out
+
+    def round_trip(self, body: dict, field: str, want: dict, tp: int | None) -> dict:
+        """Decode a JSON body as the route does, then deserialize what each TP rank reads."""
+        decoded = self.decode(body)
+        payload = getattr(decoded, field)
+        if isinstance(payload, (list, tuple)):  # >= 0.5.18: rank i deserializes payload[i]
+            blobs = list(payload)
+            if tp is not None and len(blobs) != tp:
+                raise AssertionError(f"{len(blobs)} blobs for tp_size={tp}")
+        elif isinstance(payload, (str, bytes)):  # <= 0.5.12: every rank deserializes the one blob
+            blobs = [payload]
+        else:
+            raise AssertionError(f"{field} decoded as {type(payload).__name__}")
+        distinct = len({bytes(b) if not isinstance(b, str) else b.encode() for b in blobs})
+        for i, blob in enumerate(blobs):
+            try:
+                restored = self.serializer.deserialize(blob)
+            except Exception as exc:  # noqa: BLE001
+                first = next(j for j, other in enumerate(blobs) if other == blob)
+                if first < i:
+                    raise AssertionError(
+                        f"rank {i}'s blob is byte-identical to rank {first}'s ({distinct} distinct serialization(s) "
+                        f"for {len(blobs)} ranks) and deserializing it again raised {_err(exc)}: a serialized "
+                        "tensor handle is received once (CPU: torch's file-descriptor sharing); SGLang's own "
+                        "producer serializes once per rank (Engine._serialize_tensors_per_rank, >= 0.5.18)"
+                    ) from exc
+                raise
+            same, why = tensors_equal(restored, want)
+            if not same:
+                raise AssertionError(f"blob {i}: {why}")
+        return {"decoded_type": type(decoded).__name__, "payload_type": type(payload).__name__,
+                "blobs": len(blobs), "distinct_blobs": distinct, "tensors_equal": True, "decoded": decoded}
+
+
+def plugin_contract(sg: SGLang) -> dict:
+    from verl_sglang_lora.lora_mode import LoRAPlan
+    from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+    from verl_sglang_lora.sglang_contract.lora_request import (
+        build_lora_request,
+        request_shape,
+        request_to_json,
+        tensor_checksums,
+    )
+    from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
+
+    out: dict[str, Any] = {}
+    shape_step = step(lambda: {"shape": {k: list(v) if isinstance(v, tuple) else v
+                                         for k, v in dataclasses.asdict(request_shape()).items()}})
+    out["request_shape"] = shape_step.get("shape", shape_step)
+    tensors = adapter_tensors()
+    fsdp_raw = fsdp_peft_config()
+    configs = {"fsdp_peft_to_dict": fsdp_raw, "megatron_all_linear": dict(MEGATRON_CONFIG)}
+
+    normalized: dict[str, dict] = {}
+
+    def normalize(name: str) -> dict:
+        normalized[name] = normalize_peft_config(configs[name], rank=RANK, alpha=ALPHA)
+        json.dumps(normalized[name])
+        cfg = normalized[name]
+        return {"producer": describe_config(configs[name]),
+                "normalized": {**describe_config(cfg), "r": cfg.get("r"), "lora_alpha": cfg.get("lora_alpha")}}
+
+    out["adapter_config_normalization"] = {name: step(lambda name=name: normalize(name)) for name in configs}
+
+    def one_request(tp: int) -> dict:
+        shape = request_shape()
+        checksums = tensor_checksums(tensors) if shape.has_checksums else None
+        req = build_lora_request("vsl_probe_v1", normalized["fsdp_peft_to_dict"], tensors, tp_size=tp,
+                                 checksums=checksums)
+        if not isinstance(req, sg.request_cls):
+            raise AssertionError(f"built {type(req).__name__}, not the release's struct")
+        body = request_to_json(req)
+        res = sg.round_trip(body, shape.field, tensors, tp if shape.per_rank else None)
+        decoded = res.pop("decoded")
+        if decoded.lora_name != "vsl_probe_v1" or decoded.config_dict != normalized["fsdp_peft_to_dict"]:
+            raise AssertionError("lora_name/config_dict changed in the round trip")
+        if checksums is not None and getattr(decoded, "expected_checksums", None) != checksums:
+            raise AssertionError("expected_checksums changed in the round trip")
+        return {"field": shape.field, "body_keys": sorted(body), "checksums_sent": checksums is not None, **res}
+
+    out["request"] = {str(tp): step(lambda tp=tp: one_request(tp)) for tp in TP_SIZES}
+
+    launches = {
+        "all_linear": "all-linear",  # FSDP default model.target_modules
+        "explicit_list": list(HF_LINEAR),
+        "megatron_default": list(MEGATRON_DEFAULT),  # model.lora.target_modules default
+    }
+    launch_results: dict[str, dict] = {}
+
+    def launch(name: str) -> dict:
+        args = lora_launch_args(LoRAPlan(rank=RANK, alpha=float(ALPHA), target_modules=launches[name], merge=False))
+        res = {"launch_args": args, **sg.server_args_check(args), "max_lora_rank": args["max_lora_rank"]}
+        if res["char_split"]:
+            raise AssertionError(f"lora_target_modules resolved to characters: {res['resolved']}")
+        launch_results[name] = res
+        return res
+
+    out["launch_args"] = {name: step(lambda name=name: launch(name)) for name in launches}
+
+    pairs = {  # (adapter config, launch) as a run pairs them, plus the cross pairs
+        "fsdp_peft_to_dict@all_linear": ("fsdp_peft_to_dict", "all_linear"),
+        "fsdp_peft_to_dict@explicit_list": ("fsdp_peft_to_dict", "explicit_list"),
+        "megatron_all_linear@megatron_default": ("megatron_all_linear", "megatron_default"),
+        "megatron_all_linear@all_linear": ("megatron_all_linear", "all_linear"),
+    }
+
+    def accept(cfg_name: str, launch_name: str) -> dict:
+        if cfg_name not in normalized or launch_name not in launch_results:
+            raise RuntimeError("its normalization or launch check failed")
+        return sg.adapter_check(normalized[cfg_name], launch_results[launch_name])
+
+    out["adapter_config"] = {k: step(lambda c=c, l=l: accept(c, l)) for k, (c, l) in pairs.items()}
+    checks = [*out["adapter_config_normalization"].values(), *out["request"].values(),
+              *out["launch_args"].values(), *out["adapter_config"].values()]
+    out["failed"] = sorted(
+        f"{group}.{name}" for group in ("adapter_config_normalization", "request", "launch_args", "adapter_config")
+        for name, res in out[group].items() if not res.get("ok")
+    )
+    out["ok"] = all(c.get("ok") for c in checks) and "field" in out["request_shape"]
+    return out
+
+
+# ---- verl's stock path ------------------------------------------------------------------------------------------
+class _Inert(types.ModuleType):
+    """A stand-in module whose every attribute is an empty class (import-time names only)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = type(name, (), {})
+        setattr(self, name, value)
+        return value
+
+
+def import_verl_sglang_rollout() -> tuple[Any, list[str]]:
+    """verl's sglang_rollout module, with the CPU-unimportable server entry points stubbed (recorded)."""
+    import importlib
+
+    import sglang.srt.entrypoints as entrypoints
+
+    stubbed = []
+    for name in INERT_MODULES:
+        try:
+            importlib.import_module(name)
+            continue
+        except Exception:  # noqa: BLE001
+            sys.modules.pop(name, None)
+        sys.modules[name] = _Inert(name)
+        if name.startswith("sglang.srt.entrypoints."):
+            setattr(entrypoints, name.rsplit(".", 1)[1], sys.modules[name])
+        stubbed.append(name)
+    from verl.workers.rollout.sglang_rollout import sglang_rollout
+
+    return sglang_rollout, stubbed
+
+
+def stock_field_from_source(adapter_cls: type) -> tuple[str | None, str]:
+    src = inspect.getsource(adapter_cls.update_weights)
+    m = re.search(r"LoadLoRAAdapterFromTensorsReqInput\((.*?)\)", src, re.S)
+    if not m:
+        return None, "no LoadLoRAAdapterFromTensorsReqInput(...) call in update_weights"
+    fields = re.findall(r"(\w+)\s*=", m.group(1))
+    return next((f for f in fields if f.startswith("serialized")), None), " ".join(m.group(0).split())
+
+
+class _Mesh:
+    """``device_mesh["infer_tp"]`` as wrap_lora_params / update_weights read it."""
+
+    def __init__(self, tp: int) -> None:
+        import torch
+
+        self.mesh = torch.arange(tp)
+
+    def __getitem__(self, key: str) -> "_Mesh":
+        return self
+
+    def get_local_rank(self) -> int:
+        return 0
+
+
+def stock_launch(sg: SGLang, verl_utils: Any, engine: str) -> dict:
+    """verl's own LoRA launch args (the ``args.update`` block of SGLangHttpServer.launch_server, read from its
+    source and evaluated with a stand-in ``self``) through the release's ServerArgs check."""
+    import verl.workers.rollout.sglang_rollout as pkg
+
+    path = os.path.join(os.path.dirname(pkg.__file__), "async_sglang_server.py")
+    src = open(path, encoding="utf-8").read()
+    m = re.search(r"# update lora-related args\s*\n\s*if (.+?):\s*\n\s*args\.update\(\s*\{(.*?)\}\s*\)", src, re.S)
+    if not m:
+        raise RuntimeError("LoRA args block not found in async_sglang_server.py")
+    gate_src, block = m.group(1).strip(), m.group(2)
+    exprs = dict(re.findall(r'"(\w+)":\s*([^\n]+?),\s*\n', block + "\n"))
+    flat_rank, block_rank = (RANK, 0) if engine == "fsdp" else (0, RANK)
+    model_config = types.SimpleNamespace(lora_rank=flat_rank, lora_alpha=ALPHA, target_modules="all-linear",
+                                         lora={"rank": block_rank, "alpha": ALPHA, "merge": False,
+                                               "target_modules": list(MEGATRON_DEFAULT)})
+    this = types.SimpleNamespace(model_config=model_config, lora_as_adapter=True)
+    namespace = {**vars(verl_utils), "self": this}
+    out: dict[str, Any] = {"source_gate": gate_src, "source_args": exprs}
+    if not eval(gate_src, namespace):  # noqa: S307 - verl's own expression, from its installed source
+        out.update(ok=False, launch_args={}, error=f"`if {gate_src}` is False for {engine} LoRA: SGLang starts "
+                   "without LoRA and every rollout samples the base policy")
+        return out
+    args = {k: eval(v, namespace) for k, v in exprs.items()}  # noqa: S307
+    out["launch_args"] = args
+    try:
+        res = sg.server_args_check(args)
+    except Exception as exc:  # noqa: BLE001
+        out.update(ok=False, error=_err(exc))
+        return out
+    out.update(res, max_lora_rank=args.get("max_lora_rank"))
+    out["ok"] = not res["char_split"]
+    if res["char_split"]:
+        out["error"] = (f"lora_target_modules={args.get('lora_target_modules')!r} (a bare string) resolved to "
+                        f"characters {res['resolved']}")
+    return out
+
+
+def stock_path(sg: SGLang) -> dict:
+    import torch  # noqa: F401
+
+    out: dict[str, Any] = {}
+    t = time.perf_counter()
+    mod, stubbed = import_verl_sglang_rollout()
+    import verl
+    import verl.workers.rollout.sglang_rollout.utils as verl_utils
+    from verl.workers.rollout.sglang_rollout.http_server_engine import AsyncHttpServerAdapter
+
+    out["verl_version"] = verl.__version__
+    out["import_secs"] = round(time.perf_counter() - t, 2)
+    out["stubbed_for_import"] = stubbed
+    if hasattr(mod, "_to_ipc_device"):  # 0.9.1 moves CPU tensors to the GPU for CUDA IPC; there is none here
+        mod._to_ipc_device = lambda tensor: tensor
+        out["cpu_substitutions"] = ["sglang_rollout._to_ipc_device -> identity (no GPU on this host)"]
+    field, call = stock_field_from_source(mod.ServerAdapter)
+    out["field"], out["field_source"] = field, call
+    documented = DOCUMENTED_STOCK_FIELD.get(verl.__version__)
+    out["field_documented"] = documented
+    out["field_matches_docs"] = documented is None or documented == field
+    lora_name = getattr(verl_utils, "SGLANG_LORA_NAME", "verl_actor_lora_name")
+    tensors = adapter_tensors()
+
+    producers: dict[str, Any] = {"fsdp": fsdp_peft_config()}
+    try:
+        from verl.utils.megatron_peft_utils import build_peft_config_for_vllm
+
+        block = {"rank": RANK, "alpha": ALPHA, "dropout": 0.0, "target_modules": list(MEGATRON_DEFAULT)}
+        producers["megatron"] = build_peft_config_for_vllm(block)
+        out["megatron_producer"] = "verl.utils.megatron_peft_utils.build_peft_config_for_vllm"
+    except Exception as exc:  # noqa: BLE001
+        producers["megatron"] = dict(MEGATRON_CONFIG)
+        out["megatron_producer"] = f"documented literal ({_err(exc)})"
+
+    out["launch"] = {engine: step(lambda engine=engine: stock_launch(sg, verl_utils, engine))
+                     for engine in producers}
+
+    def wrap(cfg: Any) -> tuple[dict, Any]:
+        return mod.ServerAdapter.wrap_lora_params(types.SimpleNamespace(device_mesh=_Mesh(2)), cfg,
+                                                  iter(list(tensors.items())))
+
+    def run_producer(engine: str) -> dict:
+        res: dict[str, Any] = {"producer": describe_config(producers[engine])}
+        try:
+            config_json, blobs = wrap(producers[engine])
+            res["wrap_lora_params"] = {"ok": True, "with": "the dict verl's engine hands over"}
+        except Exception as exc:  # noqa: BLE001
+            res["wrap_lora_params"] = {"ok": False, "with": "the dict verl's engine hands over", "error": _err(exc)}
+            # what the same code does with the type its signature names (peft.LoraConfig), to reach the request
+            from peft import LoraConfig, TaskType
+
+            raw = producers[engine]
+            target = raw.get("target_modules")
+            obj = LoraConfig(task_type=TaskType.CAUSAL_LM, r=raw.get("r", RANK), lora_alpha=raw.get("lora_alpha", ALPHA),
+                             target_modules=sorted(target) if isinstance(target, (set, frozenset)) else target)
+            try:
+                config_json, blobs = wrap(obj)
+            except Exception as exc2:  # noqa: BLE001
+                res.update(ok=False, breaks_at="wrap_lora_params",
+                           continued_with={"ok": False, "with": "peft.LoraConfig object", "error": _err(exc2)})
+                return res
+            res["continued_with"] = "peft.LoraConfig object (the type its signature names), to reach the request"
+        res["config_dict"] = describe_config(config_json)
+        res["config_target_char_split"] = char_split(config_json.get("target_modules"))
+        res["blob_type"] = f"list[{type(blobs[0]).__name__}] x {len(blobs)}"
+        try:
+            req = sg.request_cls(lora_name=lora_name, config_dict=config_json, **{field: blobs})
+            res["construct"] = {"ok": True}
+        except Exception as exc:  # noqa: BLE001
+            res["construct"] = {"ok": False, "error": _err(exc)}
+            res["breaks_at"] = "construct"
+            res["ok"] = False
+            return res
+        captured: dict[str, Any] = {}
+
+        async def capture(endpoint: str, payload: dict | None = None, method: str = "POST", **_: Any) -> dict:
+            captured.update(endpoint=endpoint, payload=payload)
+            return {"success": True}
+
+        # verl's real client method on an instance with only the transport replaced (abstract methods of the
+        # release's EngineBase, e.g. begin/end_weight_update on SGLang 0.5.23, are filled with no-ops)
+        client_cls = type("CapturingClient", (AsyncHttpServerAdapter,),
+                          {m: (lambda self, *a, **k: None) for m in getattr(AsyncHttpServerAdapter,
+                                                                            "__abstractmethods__", ())})
+        client = object.__new__(client_cls)
+        client._make_async_request = capture
+        asyncio.run(client.load_lora_adapter_from_tensor(req))
+        body = captured["payload"]
+        res["http_body_keys"] = sorted(body)
+        wire_field = next((k for k in body if k.startswith("serialized")), None)
+        if wire_field != field:
+            res["http_body_field_differs"] = wire_field
+        try:
+            rt = sg.round_trip(body, wire_field, tensors, None)
+            rt.pop("decoded")
+            res["decode"] = {"ok": True, **rt}
+        except Exception as exc:  # noqa: BLE001
+            res["decode"] = {"ok": False, "error": _err(exc)}
+            res["breaks_at"] = "decode"
+            res["ok"] = False
+            return res
+        launch = out["launch"][engine]
+        if launch.get("ok") is False and "resolved" not in launch:
+            res["adapter"] = {"ok": False, "error": "not checked: the launch failed"}
+        else:
+            launch_for_pool = {"resolved": launch.get("resolved") or [], "max_lora_rank": launch.get("max_lora_rank") or RANK}
+            res["adapter"] = step(lambda: sg.adapter_check(config_json, launch_for_pool))
+        res["ok"] = res["wrap_lora_params"]["ok"] and res["adapter"].get("ok", False)
+        if not res["wrap_lora_params"]["ok"]:
+            res["breaks_at"] = "wrap_lora_params"
+        elif not res["adapter"].get("ok"):
+            res["breaks_at"] = "adapter"
+        return res
+
+    out["producers"] = {engine: step(lambda engine=engine: run_producer(engine)) for engine in producers}
+    out["ok"] = all(p.get("ok") for p in out["producers"].values()) and all(
+        v.get("ok") for v in out["launch"].values())
+    return out
+
+
+# ---- verl: registration and Hydra -------------------------------------------------------------------------------
+def verl_probe() -> dict:
+    import verl
+
+    from verl_sglang_lora.registration import registration_state
+
+    out: dict[str, Any] = {"verl_version": verl.__version__, "verl_file": verl.__file__}
+    out["sglang_pin"] = sglang_pin()
+    out["loads_entry_points"] = "verl.plugins" in inspect.getsource(verl)
+    out["after_import_verl"] = registration_state()
+    import verl_sglang_lora.register  # noqa: F401
+
+    out["after_import_register"] = registration_state()
+    code = ("import json, verl\nfrom verl_sglang_lora.registration import registration_state\n"
+            "print(json.dumps(registration_state()))\n")
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "verl_sglang_lora.register", "VERL_USE_EXTERNAL_PLUGINS": "none"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    out["via_VERL_USE_EXTERNAL_MODULES"] = (json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0
+                                            else {"error": proc.stderr.strip().splitlines()[-1:]})
+    model_dir = tiny_qwen3_config_dir()
+    lora = {
+        "ppo_trainer": ["actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.model.lora_alpha=32"],
+        "ppo_megatron_trainer": ["actor_rollout_ref.model.lora.rank=32", "actor_rollout_ref.model.lora.alpha=32"],
+    }
+    out["compose"] = {name: step(lambda name=name: compose(name, [f"actor_rollout_ref.model.path={model_dir}",
+                                                                  *lora[name]]))
+                      for name in lora}
+    want = {"RolloutReplicaRegistry": True, "_ROLLOUT_REGISTRY": True}
+    out["registration_ok"] = out["after_import_register"] == want and (
+        out["after_import_verl"] == want if out["loads_entry_points"] else True)
+    out["ok"] = out["registration_ok"] and all(c.get("ok") for c in out["compose"].values())
+    return out
+
+
+def sglang_pin() -> str | None:
+    """The SGLang release verl's own ``[sglang]`` extra pins (from the installed verl's metadata)."""
+    from importlib.metadata import requires
+
+    for req in requires("verl") or []:
+        m = re.match(r"sglang(\[[^\]]*\])?\s*==\s*([\w.]+)\s*;.*extra\s*==\s*['\"]sglang['\"]", req)
+        if m:
+            return m.group(2)
+    return None
+
+
+def compose(config_name: str, overrides: list[str]) -> dict:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from verl.utils.config import omega_conf_to_dataclass
+
+    import verl
+    from verl_sglang_lora.lora_mode import lora_plan
+    from verl_sglang_lora.settings import PluginSettings
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            cfg = hydra_compose(config_name=config_name, overrides=[
+                "hydra.searchpath=[pkg://verl_sglang_lora.configs]", "+sglang_lora=default", *overrides])
+    finally:
+        GlobalHydra.instance().clear()
+    rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    model = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
+    plan = lora_plan(model)
+    out = {
+        "rollout_name": rollout.name,
+        "rollout_type": type(rollout).__name__,
+        "model_type": type(model).__name__,
+        "model_engine": str(cfg.get("model_engine")),
+        "external_lib": cfg.actor_rollout_ref.model.external_lib,
+        "ray_env": cfg.ray_kwargs.ray_init.runtime_env.env_vars.get("VERL_USE_EXTERNAL_MODULES"),
+        "lora_as_adapter": plan.as_adapter,
+        "lora_rank": plan.rank,
+        "bucket_mb": PluginSettings.from_rollout_config(rollout).bucket_mb,
+    }
+    out["ok"] = (out["rollout_name"] == "sglang_lora" and out["external_lib"] == "verl_sglang_lora.register"
+                 and out["ray_env"] == "verl_sglang_lora.register" and plan.as_adapter and plan.rank == 32)
+    return out
+
+
+# ---- main -------------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=("sglang", "verl"))
+    ap.add_argument("--stock", action="store_true", help="also probe verl's own request path (sglang mode)")
+    args = ap.parse_args(argv)
+
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)  # library chatter to stderr; the one JSON line goes to the real stdout
+    sys.stdout = sys.stderr
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if repo not in sys.path:
+        sys.path.append(repo)  # the plugin, when it is not installed in this interpreter
+
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {"mode": args.mode, "python": sys.executable,
+                              "pythonpath": os.environ.get("PYTHONPATH", "")}
+    try:
+        if args.mode == "sglang":
+            t = time.perf_counter()
+            sg = SGLang()
+            result.update(sglang_version=sg.version, sglang_file=sg.file, sglang_import_secs=round(time.perf_counter() - t, 2),
+                          supported_target_modules=sg.supported)
+            result["cpu_stubs_loaded"] = sorted(
+                n for n, m in list(sys.modules.items())
+                if isinstance(getattr(m, "__dict__", None), dict) and m.__dict__.get("__vsl_cpu_stub__") is True)
+            result["plugin"] = plugin_contract(sg)
+            if args.stock:
+                result["stock"] = step(lambda: stock_path(sg))
+        else:
+            os.environ.pop("VERL_USE_EXTERNAL_MODULES", None)  # registration must come from the plugin's own hooks
+            result["verl"] = verl_probe()
+    except Exception as exc:  # noqa: BLE001
+        import traceback
+
+        result["error"] = _err(exc)
+        result["traceback"] = traceback.format_exc(limit=-6)
+    result["secs"] = round(time.perf_counter() - t0, 2)
+    line = json.dumps(result, default=repr, sort_keys=True)
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os.write(real_stdout, (line + "\n").encode())
+    return 0 if "error" not in result else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
