@@ -146,19 +146,46 @@ def plugin_gaps(plugin: dict) -> list[dict]:
 
 
 def summarize_gaps(gaps: list[dict]) -> list[str]:
-    """One line per distinct error, with the conditions it appears under (tp >= 2 and tp >= 4 -> tp >= 2)."""
+    """One line per distinct failure: request gaps merge into the smallest failing tp (the error of that tp)."""
+    lines, seen = [], set()
+    requests = sorted((g for g in gaps if g["check"].startswith("request.")), key=lambda g: int(g["check"][8:]))
+    if requests:
+        lines.append(f"[{requests[0]['when']}] {requests[0]['error']}")
     by_error: dict[str, list[str]] = {}
     for g in gaps:
+        if g["check"].startswith("request."):
+            continue
         by_error.setdefault(g["error"], [])
         if g["when"] not in by_error[g["error"]]:
             by_error[g["error"]].append(g["when"])
-    lines = []
     for error, whens in by_error.items():
-        tps = sorted(int(w.split(">=")[1]) for w in whens if w.startswith("tp >="))
-        others = [w for w in whens if not w.startswith("tp >=")]
-        scope = ", ".join(([f"tp >= {tps[0]}"] if tps else []) + others)
-        lines.append(f"[{scope}] {error}")
+        if error not in seen:
+            seen.add(error)
+            lines.append(f"[{', '.join(whens)}] {error}")
     return lines
+
+
+def short_reason(cell: dict) -> str:
+    """The cell's one-line summary: which part fails, and what still passes."""
+    if cell["status"] == "green":
+        return "all CPU contract checks pass"
+    if cell["status"] == "untested":
+        return cell["reasons"][0]
+    parts = []
+    failed = {g["check"] for g in cell["gaps"]}
+    tps = sorted(int(c[8:]) for c in failed if c.startswith("request."))
+    if tps:
+        ok_tps = [t for t in (1, 2, 4) if t < tps[0]]
+        parts.append(f"requests with tp >= {tps[0]} fail" + (f" (tp = {', '.join(map(str, ok_tps))} passes)" if ok_tps else ""))
+    for engine in ("megatron", "fsdp"):
+        if any(c.startswith(("adapter_config", "adapter_config_normalization")) and engine in c for c in failed):
+            other = "FSDP" if engine == "megatron" else "Megatron"
+            other_ok = not any(c.startswith("adapter_config") and other.lower() in c for c in failed)
+            parts.append(f"{'Megatron' if engine == 'megatron' else 'FSDP'} adapter config refused"
+                         + (f" ({other} passes)" if other_ok else ""))
+    parts += [g["check"] for g in cell["gaps"] if g["check"].startswith(("launch_args", "request_shape"))]
+    parts += [r for r in cell["reasons"] if r.startswith("verl ")]
+    return "; ".join(parts)
 
 
 def verl_gaps(vdata: dict) -> list[str]:
@@ -173,44 +200,79 @@ def verl_gaps(vdata: dict) -> list[str]:
     return out
 
 
-def stock_summary(stock: dict) -> tuple[str, list[str]]:
-    """(works|breaks, what breaks) for verl's own path."""
-    if not stock or not stock.get("ok", False) and "producers" not in stock:
-        return "not probed", [stock.get("error", "no stock section") if stock else "no stock section"]
-    breaks: dict[str, list[str]] = {}
+def short_error(text: str) -> str:
+    """Errors as a table can hold them (pydantic's multi-line validation error to one line)."""
+    import re
 
-    def add(msg: str, engine: str) -> None:
-        breaks.setdefault(msg, [])
-        if engine not in breaks[msg]:
-            breaks[msg].append(engine)
+    m = re.search(r"validation error for (\w+) (\w+) (.+?) \[type=(\w+),.*?input_type=(\w+)\]", text)
+    if m:
+        return f"ValidationError (HTTP 422): {m.group(2)}: {m.group(3)} (got {m.group(5)})"
+    return text
+
+
+def stock_label(stage: str, error: str) -> str:
+    """A few words for the table; the full text goes below it."""
+    if "resolved to characters" in error:
+        return "launch: target modules split into characters"
+    if "samples the base policy" in error:
+        return "launch: LoRA not enabled"
+    if "--max-lora-rank" in error:
+        return "launch: max_lora_rank=0 assertion"
+    if "asdict()" in error:
+        return "wrap_lora_params: asdict() on a dict"
+    if "torn into characters" in error:
+        return "adapter target_modules split into characters"
+    if "unexpected keyword argument" in error.lower():
+        field = error.rsplit("'", 2)[-2] if "'" in error else "?"
+        return f"request: no field `{field}`"
+    if "HTTP 422" in error:
+        return "HTTP 422: list where str expected" if "got list" in error else "HTTP 422"
+    return f"{stage}: {error[:60]}"
+
+
+def stock_summary(stock: dict) -> tuple[str, list[dict]]:
+    """(works | breaks | not probed, [{label, detail, engines}]) for verl's own path, in path order."""
+    if not stock or ("producers" not in stock and "launch" not in stock):
+        err = stock.get("error", "no stock section") if stock else "no stock section"
+        return "not probed", [{"label": "not probed", "detail": err, "engines": []}]
+    breaks: list[dict] = []
+
+    def add(stage: str, detail: str, engine: str, past: bool = False) -> None:
+        detail = short_error(detail)
+        for b in breaks:
+            if b["detail"] == detail:
+                if engine not in b["engines"]:
+                    b["engines"].append(engine)
+                return
+        breaks.append({"label": stock_label(stage, detail) + (" (past the asdict break)" if past else ""),
+                       "detail": detail, "engines": [engine]})
 
     for engine, res in stock.get("launch", {}).items():
         if not res.get("ok"):
-            add(f"launch: {res.get('error')}", engine)
+            add("launch", res.get("error", "failed"), engine)
     for engine, res in stock.get("producers", {}).items():
         if "error" in res and "wrap_lora_params" not in res:
-            add(f"probe: {res['error']}", engine)
+            add("probe", res["error"], engine)
             continue
         wrap = res.get("wrap_lora_params", {})
-        past = ""
+        past = False
         if not wrap.get("ok"):
-            add(f"wrap_lora_params(the engine's dict): {wrap.get('error')}", engine)
+            add("wrap_lora_params", wrap.get("error", "failed"), engine)
             if isinstance(res.get("continued_with"), dict):
-                add(f"wrap_lora_params(a peft.LoraConfig): {res['continued_with'].get('error')}", engine)
+                add("wrap_lora_params(peft.LoraConfig)", res["continued_with"].get("error", "failed"), engine, True)
                 continue
-            past = " (reached with a peft.LoraConfig)"
+            past = True
         if res.get("config_target_char_split"):
-            add(f"adapter config{past}: target_modules torn into characters {res['config_dict']['target_modules']}",
-                engine)
+            add("adapter config", f"adapter config target_modules torn into characters "
+                f"{res['config_dict']['target_modules']}", engine, past)
         stage = res.get("breaks_at")
         if stage == "construct":
-            add(f"request struct{past}: {res['construct']['error']}", engine)
+            add("request", res["construct"]["error"], engine, past)
         elif stage == "decode":
-            add(f"HTTP decode (FastAPI 422){past}: {res['decode']['error']}", engine)
+            add("decode", res["decode"]["error"], engine, past)
         elif stage == "adapter" and not res.get("config_target_char_split"):
-            add(f"adapter load{past}: {res.get('adapter', {}).get('error')}", engine)
-    lines = [f"[{', '.join(engines)}] {msg}" for msg, engines in breaks.items()]
-    return ("works" if not lines else "breaks"), lines
+            add("adapter", res.get("adapter", {}).get("error", "failed"), engine, past)
+    return ("works" if not breaks else "breaks"), breaks
 
 
 def decide(cells: dict, verls: dict) -> dict:
@@ -223,8 +285,9 @@ def decide(cells: dict, verls: dict) -> dict:
             cell: dict[str, Any] = {"gpu": GPU_EVIDENCE.get((v, s), GPU_NONE)}
             problem = probe_problem(data) or (f"verl {v}: {vprob}" if vprob else None)
             if problem:
-                cell.update(status="untested", reasons=[problem], gaps=[])
-                cell["stock"] = {"status": "not probed", "breaks": [problem]}
+                cell.update(status="untested", reasons=[problem], gaps=[], summary=problem)
+                cell["stock"] = {"status": "not probed", "breaks": [{"label": "not probed", "detail": problem,
+                                                                     "engines": []}]}
                 out[v][s] = cell
                 continue
             gaps = plugin_gaps(data["plugin"])
@@ -235,6 +298,7 @@ def decide(cells: dict, verls: dict) -> dict:
             passing = [k for k in ("request", "launch_args", "adapter_config")
                        if all(r.get("ok") for r in data["plugin"][k].values())]
             cell["passes"] = passing
+            cell["summary"] = short_reason(cell)
             status, breaks = stock_summary(data.get("stock", {}))
             stock = data.get("stock", {})
             cell["stock"] = {"status": status, "breaks": breaks, "field": stock.get("field"),
@@ -295,27 +359,6 @@ def md_escape(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def short_reason(cell: dict) -> str:
-    if cell["status"] == "green":
-        return "all CPU contract checks pass"
-    if cell["status"] == "untested":
-        return cell["reasons"][0]
-    scopes = []
-    for g in cell["gaps"]:
-        if g["check"].startswith("request."):
-            scope = "tp >= 2 requests"
-        elif "megatron" in g["check"]:
-            scope = "Megatron adapter config"
-        elif "fsdp" in g["check"]:
-            scope = "FSDP adapter config"
-        else:
-            scope = g["check"]
-        if scope not in scopes:
-            scopes.append(scope)
-    scopes += [r for r in cell["reasons"] if r.startswith("verl ")]
-    return "fails: " + "; ".join(scopes)
-
-
 def render_md(matrix: dict, command: str) -> str:
     gen, cells, sf, vf = matrix["generated"], matrix["cells"], matrix["sglang"], matrix["verl"]
     L: list[str] = []
@@ -339,7 +382,7 @@ def render_md(matrix: dict, command: str) -> str:
     L.append("| verl \\ SGLang | " + " | ".join(matrix["sglang_releases"]) + " |")
     L.append("|---|" + "---|" * len(matrix["sglang_releases"]))
     for v in matrix["verl_releases"]:
-        row = [f"**{cells[v][s]['status']}**: {md_escape(short_reason(cells[v][s]))}" for s in matrix["sglang_releases"]]
+        row = [f"**{cells[v][s]['status']}**: {md_escape(cells[v][s]['summary'])}" for s in matrix["sglang_releases"]]
         L.append(f"| **{v}** | " + " | ".join(row) + " |")
     L += ["", "GPU runtime per cell:", ""]
     for v in matrix["verl_releases"]:
@@ -364,18 +407,27 @@ def render_md(matrix: dict, command: str) -> str:
           "each engine hands over (FSDP: peft `to_dict()`; Megatron: verl's own `build_peft_config_for_vllm`); "
           "the request struct built with the field verl uses (read from `update_weights`' source); verl's "
           "`AsyncHttpServerAdapter.load_lora_adapter_from_tensor` with only the transport captured; the "
-          "release's decoder, deserializer and adapter checks. First break per engine:", ""]
+          "release's decoder, deserializer and adapter checks. Where `wrap_lora_params` fails on the dict the "
+          "engine really hands over, the probe continues with a `peft.LoraConfig` (the type its signature names) "
+          "to show what breaks next. Breaks in path order (launch, then the adapter sync), engines in brackets:", ""]
     L.append("| verl \\ SGLang | " + " | ".join(matrix["sglang_releases"]) + " |")
     L.append("|---|" + "---|" * len(matrix["sglang_releases"]))
+    details: dict[str, list[str]] = {}
     for v in matrix["verl_releases"]:
         row = []
         for s in matrix["sglang_releases"]:
             st = cells[v][s]["stock"]
-            text = f"**{st['status']}**"
-            if st["breaks"]:
-                text += ": " + "<br>".join(md_escape(b) for b in st["breaks"])
-            row.append(text)
+            items = []
+            for b in st["breaks"]:
+                engines = "/".join("FSDP" if e == "fsdp" else "Megatron" if e == "megatron" else e
+                                   for e in b["engines"])
+                items.append(f"{b['label']}" + (f" [{engines}]" if engines else ""))
+                details.setdefault(b["detail"], []).append(f"{v} x {s}")
+            row.append(f"**{st['status']}**" + (": " + "<br>".join(md_escape(i) for i in items) if items else ""))
         L.append(f"| **{v}** | " + " | ".join(row) + " |")
+    L += ["", "The errors behind the table (verl x SGLang where each occurs):", ""]
+    for detail, where in details.items():
+        L.append(f"- {md_escape(detail)} -- {', '.join(where)}")
     stubs = sorted({m for v in cells for s in cells[v] for m in cells[v][s]["stock"].get("stubbed_for_import", [])})
     subs = sorted({m for v in cells for s in cells[v] for m in cells[v][s]["stock"].get("cpu_substitutions", [])})
     L += ["", "To import verl's `sglang_rollout` on a CPU host the probe replaces "
@@ -404,7 +456,8 @@ def render_md(matrix: dict, command: str) -> str:
         if not f.get("probed"):
             L.append(f"| {v} | {md_escape(f.get('problem'))} | | | | | |")
             continue
-        comp = " / ".join(("composes" if c["ok"] else "FAILS") + f" ({c['model_engine']})" for c in f["compose"].values())
+        comp = " / ".join(("composes" if f["compose"][n]["ok"] else "FAILS") + f" ({f['compose'][n]['model_engine']})"
+                          for n in ("ppo_trainer", "ppo_megatron_trainer"))
         yn = {True: "yes", False: "no", None: "?"}
         L.append(f"| {v} | {f['sglang_pin']} | {yn[f['loads_entry_points']]} | {yn[f['registered_by_import_verl']]} "
                  f"| {yn[f['registered_by_import_register']]} | {yn[f['registered_by_VERL_USE_EXTERNAL_MODULES']]} "

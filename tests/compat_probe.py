@@ -153,6 +153,19 @@ MEGATRON_CONFIG = {  # verl 0.9.0's build_peft_config_for_vllm output shape (no 
 }
 
 
+def megatron_peft_config() -> tuple[dict, str]:
+    """What verl's Megatron engine hands over: ``build_peft_config_for_vllm(model.lora)`` of the verl on the path
+    (0.8.0: an explicit HF list; 0.9.0: ``"all-linear"``, no peft_type; 0.9.1: + peft_type), else the 0.9.0 shape."""
+    try:
+        from verl.utils.megatron_peft_utils import build_peft_config_for_vllm
+        import verl
+
+        block = {"rank": RANK, "alpha": ALPHA, "dropout": 0.0, "target_modules": list(MEGATRON_DEFAULT)}
+        return build_peft_config_for_vllm(block), f"verl {verl.__version__} build_peft_config_for_vllm"
+    except Exception as exc:  # noqa: BLE001
+        return dict(MEGATRON_CONFIG), f"verl 0.9.0's shape, written out (verl not importable: {_err(exc)})"
+
+
 def describe_config(cfg: dict) -> dict:
     target = cfg.get("target_modules")
     return {
@@ -241,7 +254,8 @@ class SGLang:
         out["can_support"] = bool(LoRAMemoryPool.can_support(pool, cfg))
         out["ok"] = out["peft_type_ok"] and out["can_support"] and not out["char_split"]
         if not out["can_support"]:
-            out["error"] = (f"LoRAMemoryPool.can_support is False: adapter modules {sorted(normalized)} vs pool "
+            out["error"] = (f"LoRAMemoryPool.can_support is False: adapter target_modules={cfg.target_modules!r} "
+                            f"normalize to {sorted(normalized)}, pool has "
                             f"{sorted(pool_modules)} -> 'LoRA adapter ... is incompatible with the current LoRA "
                             "memory pool configuration'")
         elif not out["peft_type_ok"]:
@@ -297,8 +311,8 @@ def plugin_contract(sg: SGLang) -> dict:
                                          for k, v in dataclasses.asdict(request_shape()).items()}})
     out["request_shape"] = shape_step.get("shape", shape_step)
     tensors = adapter_tensors()
-    fsdp_raw = fsdp_peft_config()
-    configs = {"fsdp_peft_to_dict": fsdp_raw, "megatron_all_linear": dict(MEGATRON_CONFIG)}
+    megatron_raw, out["megatron_producer"] = megatron_peft_config()
+    configs = {"fsdp_peft_to_dict": fsdp_peft_config(), "megatron_peft_config": megatron_raw}
 
     normalized: dict[str, dict] = {}
 
@@ -349,8 +363,8 @@ def plugin_contract(sg: SGLang) -> dict:
     pairs = {  # (adapter config, launch) as a run pairs them, plus the cross pairs
         "fsdp_peft_to_dict@all_linear": ("fsdp_peft_to_dict", "all_linear"),
         "fsdp_peft_to_dict@explicit_list": ("fsdp_peft_to_dict", "explicit_list"),
-        "megatron_all_linear@megatron_default": ("megatron_all_linear", "megatron_default"),
-        "megatron_all_linear@all_linear": ("megatron_all_linear", "all_linear"),
+        "megatron_peft_config@megatron_default": ("megatron_peft_config", "megatron_default"),
+        "megatron_peft_config@all_linear": ("megatron_peft_config", "all_linear"),
     }
 
     def accept(cfg_name: str, launch_name: str) -> dict:
@@ -466,7 +480,6 @@ def stock_launch(sg: SGLang, verl_utils: Any, engine: str) -> dict:
 
 
 def stock_path(sg: SGLang) -> dict:
-    import torch  # noqa: F401
 
     out: dict[str, Any] = {}
     t = time.perf_counter()
@@ -490,15 +503,7 @@ def stock_path(sg: SGLang) -> dict:
     tensors = adapter_tensors()
 
     producers: dict[str, Any] = {"fsdp": fsdp_peft_config()}
-    try:
-        from verl.utils.megatron_peft_utils import build_peft_config_for_vllm
-
-        block = {"rank": RANK, "alpha": ALPHA, "dropout": 0.0, "target_modules": list(MEGATRON_DEFAULT)}
-        producers["megatron"] = build_peft_config_for_vllm(block)
-        out["megatron_producer"] = "verl.utils.megatron_peft_utils.build_peft_config_for_vllm"
-    except Exception as exc:  # noqa: BLE001
-        producers["megatron"] = dict(MEGATRON_CONFIG)
-        out["megatron_producer"] = f"documented literal ({_err(exc)})"
+    producers["megatron"], out["megatron_producer"] = megatron_peft_config()
 
     out["launch"] = {engine: step(lambda engine=engine: stock_launch(sg, verl_utils, engine))
                      for engine in producers}

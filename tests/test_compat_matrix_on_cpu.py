@@ -40,10 +40,10 @@ REQUEST_FIELD = {
 }
 
 _MEGATRON_058 = (
-    "SGLang 0.5.8's get_normalized_target_modules iterates the adapter config's target_modules='all-linear' "
-    "(verl's Megatron producer; kept a string by normalize_peft_config) character by character, so "
-    "LoRAMemoryPool.can_support is False and the load is refused as 'incompatible with the current LoRA memory "
-    "pool configuration' (0.5.12+ map the string to 'all')"
+    "verl 0.9.x's Megatron adapter config has target_modules='all-linear' (kept a string by normalize_peft_config); "
+    "SGLang 0.5.8's get_normalized_target_modules iterates it character by character, so LoRAMemoryPool.can_support "
+    "is False and the load is refused as 'incompatible with the current LoRA memory pool configuration' (0.5.12+ "
+    "map the string to 'all'; verl 0.8.0's producer sends an explicit list)"
 )
 _SHARED_BLOB = (
     "build_lora_request puts ONE serialization in all tp slots of serialized_named_tensors; rank >= 1 cannot "
@@ -51,8 +51,8 @@ _SHARED_BLOB = (
     "drop cleanly (Engine._serialize_tensors_per_rank, 0.5.18+)"
 )
 KNOWN_GAPS = {
-    ("0.5.8", "adapter_config", "megatron_all_linear@megatron_default"): _MEGATRON_058,
-    ("0.5.8", "adapter_config", "megatron_all_linear@all_linear"): _MEGATRON_058,
+    ("0.5.8", "adapter_config", "megatron_peft_config@megatron_default"): _MEGATRON_058,
+    ("0.5.8", "adapter_config", "megatron_peft_config@all_linear"): _MEGATRON_058,
     **{(v, "request", tp): _SHARED_BLOB for v in ("0.5.18", "0.5.23") for tp in ("2", "4")},
 }
 
@@ -60,8 +60,8 @@ LAUNCHES = ("all_linear", "explicit_list", "megatron_default")
 ADAPTER_PAIRS = (
     "fsdp_peft_to_dict@all_linear",
     "fsdp_peft_to_dict@explicit_list",
-    "megatron_all_linear@megatron_default",
-    "megatron_all_linear@all_linear",
+    "megatron_peft_config@megatron_default",
+    "megatron_peft_config@all_linear",
 )
 
 
