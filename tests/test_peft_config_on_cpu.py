@@ -72,3 +72,22 @@ def test_regex_and_non_lora_refused():
         normalize_peft_config({"r": 4, "target_modules": ".*attn.*"})
     with pytest.raises(LoRAConfigError, match="only LORA"):
         normalize_peft_config({"r": 4, "peft_type": "IA3"})
+
+
+def test_all_linear_becomes_the_module_list_only_where_sglang_cannot_read_it(monkeypatch):
+    """SGLang 0.5.8 tears the string apart (docs/compatibility.md); 0.5.12+ read it. Decided by asking SGLang."""
+    from verl_sglang_lora.sglang_contract import peft_config
+
+    cfg = {"r": 8, "target_modules": "all-linear"}
+    monkeypatch.setattr(peft_config, "sglang_reads_all_linear_string", lambda: False)
+    assert normalize_peft_config(cfg, modules=["q_proj", "v_proj", "q_proj"])["target_modules"] == ["q_proj", "v_proj"]
+    assert normalize_peft_config(cfg)["target_modules"] == list(peft_config.ALL_LINEAR_HF)
+    monkeypatch.setattr(peft_config, "sglang_reads_all_linear_string", lambda: True)
+    assert normalize_peft_config(cfg, modules=["q_proj"])["target_modules"] == "all-linear"
+
+
+def test_installed_sglang_is_asked_whether_it_reads_the_string():
+    from verl_sglang_lora.sglang_contract.peft_config import sglang_reads_all_linear_string
+
+    utils = pytest.importorskip("sglang.srt.lora.utils")
+    assert sglang_reads_all_linear_string() is (utils.get_normalized_target_modules("all-linear") == {"all"})

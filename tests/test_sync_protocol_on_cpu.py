@@ -51,6 +51,7 @@ def test_accumulator_clones_views_of_a_reused_buffer(tiny_qwen3):
     adapter = acc.finish()
     assert torch.all(adapter.tensors["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"] == 1.0)
     assert adapter.num_buckets == 1 and adapter.nbytes == 2 * 4 * 64 * 4
+    assert adapter.module_leaves() == ["q_proj"]
 
 
 def test_accumulator_rejects_empty_duplicate_and_half_pairs(tiny_qwen3):

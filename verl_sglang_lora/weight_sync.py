@@ -108,8 +108,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
                 pass
             return {}
         version = self._version(global_steps)
-        config_dict = normalize_peft_config(peft_config, rank=self.lora.rank, alpha=self.lora.alpha)
         adapter = collect_adapter(weights, self.weight_names().resolve_lora, self.settings.bucket_mb << 20, _device())
+        config_dict = normalize_peft_config(
+            peft_config, rank=self.lora.rank, alpha=self.lora.alpha, modules=adapter.module_leaves()
+        )
         t_collect = time.perf_counter()
 
         plan = await self.server_actor.adapter_push_plan.remote(version, adapter.fingerprint)

@@ -71,28 +71,28 @@ def tensor_checksums(named_tensors: Mapping[str, torch.Tensor]) -> dict[str, str
 def build_lora_request(
     lora_name: str,
     config_dict: dict[str, Any],
-    named_tensors: Mapping[str, torch.Tensor] | None = None,
+    named_tensors: Mapping[str, torch.Tensor],
     *,
     tp_size: int = 1,
-    serialized: bytes | None = None,
     checksums: dict[str, str] | None = None,
     cls: type | None = None,
 ) -> Any:
     """An instance of the installed ``LoadLoRAAdapterFromTensorsReqInput``.
 
-    Pass ``named_tensors`` (serialized here, once) or an already ``serialized`` blob. Per-rank releases get
-    ``tp_size`` references to the same blob: the adapter is not TP-sharded on the wire, each rank slices it.
+    Per-rank releases get one serialization per TP rank, as SGLang's own producer does: a serialized tensor
+    handle is meant to be received once (on CPU a second deserialization fails outright; for CUDA-IPC SGLang
+    serializes per rank so the producer's refcounts drop cleanly). The adapter is not TP-sharded on the wire;
+    each rank slices it.
     """
     if tp_size < 1:
         raise ValueError(f"tp_size must be >= 1, got {tp_size}")
     cls = cls or io_struct(REQUEST_CLASS)
     shape = request_shape(cls)
-    blob = serialized if serialized is not None else serialize_named_tensors(named_tensors or {})
     kwargs: dict[str, Any] = {"lora_name": lora_name, "config_dict": config_dict}
     if shape.per_rank:
-        kwargs[shape.field] = [blob] * tp_size
+        kwargs[shape.field] = [serialize_named_tensors(named_tensors) for _ in range(tp_size)]
     else:
-        kwargs[shape.field] = base64.b64encode(blob).decode("ascii")
+        kwargs[shape.field] = base64.b64encode(serialize_named_tensors(named_tensors)).decode("ascii")
     if checksums is not None and shape.has_checksums:
         kwargs["expected_checksums"] = checksums
     return cls(**kwargs)

@@ -11,7 +11,8 @@ lists into sorted lists, and guarantees ``peft_type``, ``r`` and ``lora_alpha``.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+import functools
+from typing import Any, Iterable, Mapping
 
 from verl_sglang_lora.config_access import to_plain
 from verl_sglang_lora.sglang_contract.launch_args import ALL_SENTINEL, PEFT_ALL_LINEAR, LoRAConfigError
@@ -28,8 +29,39 @@ def _plain_value(value: Any) -> Any:
     return value
 
 
-def normalize_peft_config(peft_config: Any, *, rank: int | None = None, alpha: float | None = None) -> dict[str, Any]:
-    """A JSON-ready adapter config SGLang's loader accepts; ``rank``/``alpha`` fill in what a producer left out."""
+# What PEFT's all-linear selects in a decoder LM (every linear layer but the output head), in HF names.
+ALL_LINEAR_HF = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
+
+
+@functools.lru_cache(maxsize=None)
+def sglang_reads_all_linear_string() -> bool:
+    """Whether the installed SGLang's adapter normalizer understands the string ``all-linear``.
+
+    SGLang 0.5.8 iterates a string character by character (the adapter is then refused as incompatible with the
+    memory pool); 0.5.12+ map it to the sentinel ``{"all"}``. Asked of SGLang itself, not of a version table.
+    """
+    try:
+        from sglang.srt.lora.utils import get_normalized_target_modules
+    except Exception:  # no SGLang here (e.g. a CPU preflight): keep verl's string
+        return True
+    try:
+        return get_normalized_target_modules(PEFT_ALL_LINEAR) == {ALL_SENTINEL}
+    except Exception:
+        return False
+
+
+def normalize_peft_config(
+    peft_config: Any,
+    *,
+    rank: int | None = None,
+    alpha: float | None = None,
+    modules: Iterable[str] | None = None,
+) -> dict[str, Any]:
+    """A JSON-ready adapter config SGLang's loader accepts; ``rank``/``alpha`` fill in what a producer left out.
+
+    ``modules`` (the module names the adapter's tensors carry) replaces ``all-linear`` on SGLang releases that
+    cannot read the string; without it, PEFT's all-linear set for decoder LMs is used.
+    """
     if peft_config is None:
         raise LoRAConfigError("no adapter config was handed to the LoRA sync (peft_config=None) in adapter mode")
     if hasattr(peft_config, "to_dict") and not isinstance(peft_config, Mapping):
@@ -62,6 +94,8 @@ def normalize_peft_config(peft_config: Any, *, rank: int | None = None, alpha: f
         target = PEFT_ALL_LINEAR
     else:
         target = sorted(str(t) for t in target)
+    if isinstance(target, str) and not sglang_reads_all_linear_string():
+        target = sorted(set(modules)) if modules else list(ALL_LINEAR_HF)
     out["target_modules"] = target
     try:
         json.dumps(out)

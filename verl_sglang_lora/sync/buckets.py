@@ -68,6 +68,15 @@ class AccumulatedAdapter:
     nbytes: int
     fingerprint: str
 
+    def module_leaves(self) -> list[str]:
+        """The module kinds the adapter touches (``q_proj``, ...), from its tensor names."""
+        leaves = set()
+        for name in self.tensors:
+            m = LORA_RE.match(name)
+            if m:
+                leaves.add(m.group("module_path").rsplit(".", 1)[-1])
+        return sorted(leaves)
+
 
 @dataclass
 class LoRAAccumulator:
