@@ -24,6 +24,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VPY="$ROOT/.venv/bin/python"
 TARGET="$ROOT/.cache/sglang/$VERSION"
 STAMP="$TARGET/.vsl_release_stamp"
+# shellcheck source=cpu_env/release_dir.sh
+source "$ROOT/scripts/cpu_env/release_dir.sh"
 
 log() { printf '[sglang_release %s %s] %s\n' "$VERSION" "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[sglang_release %s] ERROR: %s\n' "$VERSION" "$*" >&2; exit 1; }
@@ -39,24 +41,18 @@ case "$VERSION" in
   *) log "WARNING: untested release; installing sglang==$VERSION with no extras" ;;
 esac
 
-stamp_inputs=("$ROOT/scripts/sglang_release.sh" "$ROOT/scripts/cpu_env/sglang_probe.py" "$ROOT/scripts/cpu_env/vsl_cpu_shim.py")
+stamp_inputs=("$ROOT/scripts/sglang_release.sh" "$ROOT/scripts/cpu_env/release_dir.sh" "$ROOT/scripts/cpu_env/sglang_probe.py" "$ROOT/scripts/cpu_env/vsl_cpu_shim.py")
 for d in "${STUB_DIRS[@]+"${STUB_DIRS[@]}"}"; do
   while IFS= read -r f; do stamp_inputs+=("$f"); done < <(find "$d" -name '*.py' | sort)
 done
-want_stamp="$( { cat "${stamp_inputs[@]}"; echo "$VERSION"; cat "$ROOT/.venv/.vsl_cpu_deps_stamp" 2>/dev/null || true; } | sha256sum | cut -d' ' -f1)"
-if [ -z "${VSL_FORCE:-}" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
+want_stamp="$(release_stamp "${stamp_inputs[@]}")"
+if release_up_to_date "$want_stamp"; then
   log "up to date ($TARGET)"
   exit 0
 fi
 
 t0=$SECONDS
-TMP="$TARGET.tmp.$$"
-rm -rf "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$(dirname "$TARGET")"
-
-find_links=()
-[ -n "${VSL_WHEEL_DIR:-}" ] && find_links=(--find-links "$VSL_WHEEL_DIR")
+release_begin
 pip_target() {
   local st
   set +e
@@ -84,11 +80,7 @@ if ! PYTHONPATH="$TMP" "$VPY" "$ROOT/scripts/cpu_env/sglang_probe.py" --expect "
   die "probe failed for sglang $VERSION"
 fi
 # the probe ran from the tmp path; record the summary and swap the dir in
-rm -rf "$TARGET"
-mv "$TMP" "$TARGET"
-trap - EXIT
-sed -i "s#$TMP#$TARGET#g" "$TARGET/probe.json"
-echo "$want_stamp" > "$STAMP"
+release_finish "$want_stamp"
 "$VPY" - "$TARGET/probe.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -16,23 +16,20 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VPY="$ROOT/.venv/bin/python"
 TARGET="$ROOT/.cache/verl/$VERSION"
 STAMP="$TARGET/.vsl_release_stamp"
+# shellcheck source=cpu_env/release_dir.sh
+source "$ROOT/scripts/cpu_env/release_dir.sh"
 log() { printf '[verl_release_env %s %s] %s\n' "$VERSION" "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[verl_release_env %s] ERROR: %s\n' "$VERSION" "$*" >&2; exit 1; }
 [ -x "$VPY" ] || die "no $VPY: run scripts/setup_cpu_env.sh first"
 
-want_stamp="$( { cat "$ROOT/scripts/verl_release_env.sh" "$ROOT/scripts/cpu_env/verl_probe.py"; echo "$VERSION"; cat "$ROOT/.venv/.vsl_cpu_deps_stamp" 2>/dev/null || true; } | sha256sum | cut -d' ' -f1)"
-if [ -z "${VSL_FORCE:-}" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
+want_stamp="$(release_stamp "$ROOT/scripts/verl_release_env.sh" "$ROOT/scripts/cpu_env/release_dir.sh" "$ROOT/scripts/cpu_env/verl_probe.py")"
+if release_up_to_date "$want_stamp"; then
   log "up to date ($TARGET)"
   exit 0
 fi
 
 t0=$SECONDS
-TMP="$TARGET.tmp.$$"
-rm -rf "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$(dirname "$TARGET")"
-find_links=()
-[ -n "${VSL_WHEEL_DIR:-}" ] && find_links=(--find-links "$VSL_WHEEL_DIR")
+release_begin
 set +e
 "$VPY" -m pip --disable-pip-version-check install -q --progress-bar off --no-deps --no-compile \
   --target "$TMP" "${find_links[@]+"${find_links[@]}"}" "verl==$VERSION" 2>&1 | grep -v "^WARNING: Location 'file:///"
@@ -48,11 +45,7 @@ if ! PYTHONPATH="$TMP" "$VPY" "$ROOT/scripts/cpu_env/verl_probe.py" --expect "$V
   tail -30 "$TMP/probe.err" >&2 || true
   die "probe failed for verl $VERSION"
 fi
-rm -rf "$TARGET"
-mv "$TMP" "$TARGET"
-trap - EXIT
-sed -i "s#$TMP#$TARGET#g" "$TARGET/probe.json"
-echo "$want_stamp" > "$STAMP"
+release_finish "$want_stamp"
 "$VPY" - "$TARGET/probe.json" <<'PYEOF'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -1,0 +1,32 @@
+# Shared by scripts/sglang_release.sh and scripts/verl_release_env.sh (sourced): a release is installed with
+# `pip --no-deps --target` into a temporary dir, probed there, then swapped into place; a stamp of the inputs
+# skips all of it when nothing changed. Expects ROOT, VERSION, TARGET and STAMP to be set.
+
+# release_stamp FILE...: hash of the given inputs, the version and the main venv's dependency stamp
+release_stamp() {
+  { cat "$@"; echo "$VERSION"; cat "$ROOT/.venv/.vsl_cpu_deps_stamp" 2>/dev/null || true; } | sha256sum | cut -d' ' -f1
+}
+
+# release_up_to_date WANT: true when TARGET was built from the same inputs (VSL_FORCE=1 rebuilds)
+release_up_to_date() {
+  [ -z "${VSL_FORCE:-}" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$1" ]
+}
+
+# release_begin: sets TMP (removed on exit unless finished) and find_links (VSL_WHEEL_DIR, if set)
+release_begin() {
+  TMP="$TARGET.tmp.$$"
+  rm -rf "$TMP"
+  trap 'rm -rf "$TMP"' EXIT
+  mkdir -p "$(dirname "$TARGET")"
+  find_links=()
+  if [ -n "${VSL_WHEEL_DIR:-}" ]; then find_links=(--find-links "$VSL_WHEEL_DIR"); fi
+}
+
+# release_finish WANT: swap TMP in as TARGET, point probe.json at the final path, write the stamp
+release_finish() {
+  rm -rf "$TARGET"
+  mv "$TMP" "$TARGET"
+  trap - EXIT
+  sed -i "s#$TMP#$TARGET#g" "$TARGET/probe.json"
+  echo "$1" > "$STAMP"
+}
