@@ -194,8 +194,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             logger.info("sglang_lora: adapter %s active (version %d) %s", name, version, stats)
         if canary is not None:
             self._pending_canary = (name, CanaryExpectation(**canary))
-            if KV_CACHE not in self.memory.released:  # otherwise at resume_memory(kv_cache)
-                await self._run_pending_canary()
+        if KV_CACHE not in self.memory.released:  # otherwise resume_memory(kv_cache) flushes and runs the canary
+            # prefixes cached under the previous adapter must not serve the new one
+            await self.tokenizer_manager.flush_cache()
+            await self._run_pending_canary()
         return self.adapters.status()
 
     async def _run_pending_canary(self) -> None:
