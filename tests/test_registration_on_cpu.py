@@ -56,7 +56,7 @@ def test_ray_worker_sees_both_registries():
         @ray.remote
         def probe():
             import verl  # noqa: F401  (loads verl.plugins entry points)
-            from verl.workers.rollout.base import _ROLLOUT_REGISTRY, get_rollout_class
+            from verl.workers.rollout.base import _ROLLOUT_REGISTRY
             from verl.workers.rollout.replica import RolloutReplicaRegistry
 
             return (

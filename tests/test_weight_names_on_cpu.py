@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from verl_sglang_lora.sglang_contract.weight_names import (
     ModelWeightNames,
