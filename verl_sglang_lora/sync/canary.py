@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 import torch
 
+from verl_sglang_lora.sglang_contract.weight_names import LORA_RE
+
 ZERO_ADAPTER_TOLERANCE = 1e-3
 # Below this bound on ||B @ A|| the change to bf16 activations may round away; the canary then only warns.
 INCONCLUSIVE_EFFECT = 1e-2
@@ -32,27 +34,19 @@ def canary_prompt_ids(model_config: Any, length: int = 16) -> list[int]:
     return [(i + 1) * step % vocab for i in range(length)]
 
 
-def adapter_is_zero(tensors: Mapping[str, torch.Tensor]) -> bool:
-    """LoRA's delta is B @ A; with every B zero the adapter is a no-op."""
-    b = [t for n, t in tensors.items() if ".lora_B." in n]
-    return bool(b) and all(not torch.any(t) for t in b)
-
-
-def adapter_effect_bound(tensors: Mapping[str, torch.Tensor], scaling: float) -> float:
-    """Upper bound of max ||scaling * B @ A||_F over modules: how much the adapter can move any weight."""
-    by_module: dict[str, dict[str, torch.Tensor]] = {}
+def lora_pair_norms(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[float, float]]:
+    """(||A||, ||B||) per LoRA module, computed on the tensors' device with a single host sync."""
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
     for name, t in tensors.items():
-        for ab in ("A", "B"):
-            token = f".lora_{ab}."
-            if token in name:
-                by_module.setdefault(name.split(token)[0], {})[ab] = t
-    bound = 0.0
-    for pair in by_module.values():
-        if "A" in pair and "B" in pair:
-            a = float(torch.linalg.vector_norm(pair["A"].float()))
-            b = float(torch.linalg.vector_norm(pair["B"].float()))
-            bound = max(bound, abs(scaling) * a * b)
-    return bound
+        m = LORA_RE.match(name)
+        if m:
+            pairs.setdefault(m.group("module_path"), {})[m.group("ab")] = t
+    modules = sorted(p for p, ab in pairs.items() if len(ab) == 2)
+    if not modules:
+        return {}
+    norms = [torch.linalg.vector_norm(pairs[p][ab].float()) for p in modules for ab in ("A", "B")]
+    values = torch.stack([n.to(norms[0].device) for n in norms]).cpu().tolist()
+    return {p: (values[2 * i], values[2 * i + 1]) for i, p in enumerate(modules)}
 
 
 @dataclass(frozen=True)
@@ -65,7 +59,11 @@ class CanaryExpectation:
 
     @classmethod
     def of(cls, tensors: Mapping[str, torch.Tensor], scaling: float, min_delta: float = 0.0) -> "CanaryExpectation":
-        return cls(adapter_is_zero(tensors), adapter_effect_bound(tensors, scaling), min_delta)
+        """LoRA's delta is scaling * B @ A: all B zero means a no-op; ||scaling|| ||A|| ||B|| bounds ||delta W||."""
+        norms = lora_pair_norms(tensors)
+        zero = bool(norms) and all(b == 0.0 for _, b in norms.values())
+        bound = max((abs(scaling) * a * b for a, b in norms.values()), default=0.0)
+        return cls(zero, bound, min_delta)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
