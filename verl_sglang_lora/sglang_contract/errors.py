@@ -77,10 +77,3 @@ class SGLangRequestError(RuntimeError):
         msg = f"SGLang {self.endpoint} failed ({status}): {self.body}"
         hint = explain(self.body)
         return f"{msg}\n  {hint}" if hint else msg
-
-
-def with_explanation(exc: BaseException) -> str:
-    """The exception text plus the known explanation, for re-raising errors that did not come over HTTP."""
-    text = f"{type(exc).__name__}: {exc}"
-    hint = explain(text)
-    return f"{text}\n  {hint}" if hint else text

@@ -80,11 +80,6 @@ class SGLangHTTPClient:
     async def generate(self, body: dict[str, Any]) -> Any:
         return await self.post("generate", body)
 
-    async def loaded_adapters(self) -> list[str]:
-        """Names of the LoRA adapters the server currently holds (OpenAI-style /v1/models lists them)."""
-        result = await self.get("v1/models")
-        return [m.get("id") for m in (result or {}).get("data", []) if m.get("parent") or m.get("root") != m.get("id")]
-
 
 def _parse(body: str) -> Any:
     if not body:
