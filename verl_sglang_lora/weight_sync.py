@@ -21,7 +21,7 @@ from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.settings import PluginSettings
 from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
-from verl_sglang_lora.sglang_contract.weight_names import LORA_RE, ModelWeightNames, strip_wrappers
+from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, lora_module_path
 from verl_sglang_lora.sync.adapter_push import adapter_load_body, collect_adapter
 from verl_sglang_lora.sync.canary import CanaryError, CanaryExpectation
 from verl_sglang_lora.verl_compat import load_verl_server_adapter
@@ -94,7 +94,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         """Base weights with SGLang names (checked against the checkpoint), each on the device."""
         names, device, dropped = self.weight_names(), _device(), 0
         for name, tensor in weights:
-            if LORA_RE.match(strip_wrappers(name)):
+            if lora_module_path(name) is not None:
                 dropped += 1  # adapter tensors go through the adapter sync that follows
                 continue
             yield names.resolve_base(name), tensor.to(device) if device is not None and tensor.device.type == "cpu" else tensor

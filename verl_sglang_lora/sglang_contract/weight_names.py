@@ -48,6 +48,12 @@ def strip_wrappers(name: str) -> str:
     return name
 
 
+def lora_module_path(name: str) -> str | None:
+    """The module path of a LoRA tensor name (wrappers stripped), or None if the name is not a LoRA tensor."""
+    m = LORA_RE.match(strip_wrappers(name))
+    return m.group("module_path") if m else None
+
+
 def safetensors_names(model_path: str | Path) -> set[str]:
     """Tensor names in every ``*.safetensors`` file of a local checkpoint, from the headers only."""
     names: set[str] = set()

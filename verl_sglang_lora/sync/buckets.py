@@ -14,12 +14,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-from verl_sglang_lora.sglang_contract.weight_names import LORA_RE, check_lora_pairs, strip_wrappers
-
-
-def _module_key(name: str) -> str:
-    m = LORA_RE.match(strip_wrappers(name))
-    return m.group("module_path") if m else name
+from verl_sglang_lora.sglang_contract.weight_names import check_lora_pairs, lora_module_path
 
 
 def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
@@ -34,10 +29,11 @@ def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes
     size = 0
     pending: dict[str, list[tuple[str, torch.Tensor]]] = {}
     for name, tensor in named_tensors:
-        key = _module_key(name)
+        module = lora_module_path(name)
+        key = module if module is not None else name
         group = pending.setdefault(key, [])
         group.append((name, tensor))
-        if LORA_RE.match(strip_wrappers(name)) and len(group) < 2:
+        if module is not None and len(group) < 2:
             continue
         entries = pending.pop(key)
         nbytes = sum(t.numel() * t.element_size() for _, t in entries)
@@ -70,12 +66,8 @@ class AccumulatedAdapter:
 
     def module_leaves(self) -> list[str]:
         """The module kinds the adapter touches (``q_proj``, ...), from its tensor names."""
-        leaves = set()
-        for name in self.tensors:
-            m = LORA_RE.match(name)
-            if m:
-                leaves.add(m.group("module_path").rsplit(".", 1)[-1])
-        return sorted(leaves)
+        paths = (lora_module_path(name) for name in self.tensors)
+        return sorted({path.rsplit(".", 1)[-1] for path in paths if path is not None})
 
 
 @dataclass
