@@ -23,7 +23,7 @@ from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, lora_module_path
 from verl_sglang_lora.sync.adapter_push import adapter_load_body, collect_adapter
-from verl_sglang_lora.sync.canary import CanaryError, CanaryExpectation
+from verl_sglang_lora.sync.canary import CanaryExpectation
 from verl_sglang_lora.verl_compat import load_verl_server_adapter
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,6 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         self._names: ModelWeightNames | None = None
         self._http: SGLangHTTPClient | None = None
         self._internal_version = -1
-        self.last_sync: dict[str, Any] = {}
 
     # verl 0.9.1 writes ``rollout.sleep_level = 1`` after its first sync; the plugin's value is fixed by config.
     @property
@@ -116,9 +115,8 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
 
         plan = await self.server_actor.adapter_push_plan.remote(version, adapter.fingerprint)
         if plan["action"] == "ack":
-            self.last_sync = {"version": version, "action": "ack", "name": plan["name"]}
             logger.info("sglang_lora: version %d already served as %s; ack", version, plan["name"])
-            return self.last_sync
+            return {"version": version, "action": "ack", "name": plan["name"]}
         tp = self.config.tensor_model_parallel_size * self.config.get("data_parallel_size", 1)
         body = adapter_load_body(plan["name"], config_dict, adapter, tp, self.settings.verify_checksums)
         await (await self.http()).load_lora_adapter_from_tensors(body)
@@ -143,7 +141,6 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             plan["name"], version, adapter.fingerprint, stats, None if expect is None else expect.to_dict()
         )
         await self.server_actor.set_global_steps.remote(global_steps if global_steps is not None else version)
-        self.last_sync = stats
         logger.info("sglang_lora: adapter sync %s", stats)
         return stats
 
@@ -165,4 +162,4 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         return self._http
 
 
-__all__ = ["CanaryError", "SGLangLoRAServerAdapter"]
+__all__ = ["SGLangLoRAServerAdapter"]
