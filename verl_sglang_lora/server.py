@@ -25,6 +25,7 @@ from verl_sglang_lora.config_guards import check_config, overlay_applied, refuse
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.memory_tags import KV_CACHE, MemoryTagLedger
 from verl_sglang_lora.settings import PluginSettings
+from verl_sglang_lora.sglang_contract.installed import io_struct
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 from verl_sglang_lora.sglang_server_args import wrap_server_args
 from verl_sglang_lora.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
@@ -143,7 +144,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         todo = self.memory.to_release(tags)
         if todo:
             try:
-                await self.tokenizer_manager.release_memory_occupation(_io("ReleaseMemoryOccupationReqInput")(tags=todo), None)
+                await self.tokenizer_manager.release_memory_occupation(io_struct("ReleaseMemoryOccupationReqInput")(tags=todo), None)
             except BaseException:
                 self.memory.undo_release(todo)
                 raise
@@ -155,7 +156,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         todo = self.memory.to_resume(tags)
         if todo:
             try:
-                await self.tokenizer_manager.resume_memory_occupation(_io("ResumeMemoryOccupationReqInput")(tags=todo), None)
+                await self.tokenizer_manager.resume_memory_occupation(io_struct("ResumeMemoryOccupationReqInput")(tags=todo), None)
             except BaseException:
                 self.memory.undo_resume(todo)
                 raise
@@ -216,7 +217,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         return {**self.adapters.status(), "last_canary": self.last_canary}
 
     async def _unload(self, names: list[str]) -> None:
-        cls = _io("UnloadLoRAAdapterReqInput")
+        cls = io_struct("UnloadLoRAAdapterReqInput")
         for name in names:
             result = await self.tokenizer_manager.unload_lora_adapter(cls(lora_name=name), None)
             if getattr(result, "success", True) is False:
@@ -228,7 +229,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         raw = self._raw_generate_request or self.tokenizer_manager.generate_request
         scores = {}
         for label, lora_path in (("adapter", adapter), ("base", None)):
-            obj = _io("GenerateReqInput")(
+            obj = io_struct("GenerateReqInput")(
                 input_ids=list(prompt_ids),
                 sampling_params={"max_new_tokens": 1, "temperature": 0.0},
                 return_logprob=True,
@@ -242,12 +243,6 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             scores[label] = logprobs
         diffs = [abs(a - b) for a, b in zip(scores["adapter"], scores["base"])]
         return {"max_abs_diff": max(diffs) if diffs else 0.0, "tokens": float(len(diffs))}
-
-
-def _io(name: str) -> type:
-    from verl_sglang_lora.sglang_contract.installed import io_struct
-
-    return io_struct(name)
 
 
 class SGLangLoRAReplica(_verl_server.SGLangReplica):
