@@ -104,3 +104,17 @@ def test_server_args_wrapper_keeps_dataclass_fields_and_overrides_verl_lora_keys
     assert "enable_lora" not in apply_lora_args({"model_path": "m", "enable_lora": True}, {}, declared)
     with pytest.raises(TypeError, match="does not declare"):
         apply_lora_args({}, {"no_such_field": 1}, declared)
+
+
+def test_launch_flags_parse_with_sglangs_own_cli():
+    """The flags the GPU tests and benchmarks start SGLang with, parsed by the installed SGLang's argparse."""
+    import argparse
+
+    from verl_sglang_lora.sglang_process import lora_cli_args
+
+    cls = _server_args_cls()
+    parser = argparse.ArgumentParser()
+    cls.add_cli_args(parser)
+    args = lora_launch_args(lora_plan({"lora_rank": 32, "target_modules": ["q_proj", "v_proj"], "lora": {}}))
+    ns = parser.parse_args(["--model-path", "m", *lora_cli_args(args)])
+    assert (ns.enable_lora, ns.max_lora_rank, ns.lora_target_modules, ns.max_loras_per_batch) == (True, 32, ["q_proj", "v_proj"], 2)

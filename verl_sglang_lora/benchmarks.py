@@ -17,21 +17,20 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
+from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
+from verl_sglang_lora.sglang_process import SGLangProcess
 from verl_sglang_lora.sync.adapter_push import adapter_load_body, collect_adapter
 from verl_sglang_lora.sync.versions import AdapterVersions, adapter_name
 
@@ -84,41 +83,6 @@ def random_adapter(model_dir: Path, rank: int, seed: int) -> list[tuple[str, tor
                 out.append((f"{prefix}.lora_A.weight", (torch.randn(rank, d_in, generator=gen) * 0.01).bfloat16()))
                 out.append((f"{prefix}.lora_B.weight", (torch.randn(d_out, rank, generator=gen) * 0.01).bfloat16()))
     return out
-
-
-class Server:
-    def __init__(self, model_dir: Path, rank: int, mem: float):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.cmd = [
-            sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir), "--load-format", "dummy",
-            "--skip-tokenizer-init", "--port", str(self.port), "--host", "127.0.0.1", "--enable-lora",
-            "--max-lora-rank", str(rank), "--lora-target-modules", "all", "--max-loras-per-batch", "2",
-            "--attention-backend", os.environ.get("SGLANG_ATTENTION_BACKEND", "triton"), "--mem-fraction-static",
-            str(mem), "--disable-cuda-graph", "--skip-server-warmup", "--log-level", "warning",
-        ]
-        self.proc = subprocess.Popen(self.cmd)
-        self.addr = f"127.0.0.1:{self.port}"
-
-    def wait(self, timeout: float = 600) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"SGLang exited with {self.proc.returncode}: {' '.join(self.cmd)}")
-            try:
-                urllib.request.urlopen(f"http://{self.addr}/health", timeout=2)
-                return
-            except OSError:
-                time.sleep(1)
-        raise TimeoutError("SGLang did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -256,7 +220,8 @@ def run_shape(shape: str, iters: int, rank: int, bucket_mb: int, mem: float) -> 
     adapter = random_adapter(model_dir, rank, seed=0)
     config = normalize_peft_config({"r": rank, "lora_alpha": rank, "target_modules": "all-linear"})
     mib = sum(t.numel() * t.element_size() for _, t in adapter) / 2**20
-    server = Server(model_dir, rank, mem)
+    lora_args = lora_launch_args(lora_plan({"lora_rank": rank, "target_modules": "all-linear", "lora": {}}))
+    server = SGLangProcess(model_dir, lora_args, mem_fraction=mem, extra=["--load-format", "dummy", "--skip-tokenizer-init"])
     try:
         server.wait()
         client = SGLangHTTPClient(server.addr, max_attempts=1)

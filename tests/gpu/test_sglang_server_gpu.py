@@ -10,11 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -32,15 +27,10 @@ from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args  # noq
 from verl_sglang_lora.sglang_contract.lora_request import build_lora_request, request_to_json  # noqa: E402
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config  # noqa: E402
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames  # noqa: E402
+from verl_sglang_lora.sglang_process import SGLangProcess  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 RANK = 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -58,31 +48,14 @@ def model_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(model_path):
     args = lora_launch_args(lora_plan({"lora_rank": RANK, "target_modules": "all-linear", "lora": {}}))
-    port = _free_port()
-    cmd = [
-        sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_path), "--port", str(port),
-        "--host", "127.0.0.1", "--enable-lora", "--max-lora-rank", str(args["max_lora_rank"]),
-        "--lora-target-modules", *args["lora_target_modules"], "--max-loras-per-batch", str(args["max_loras_per_batch"]),
-        "--attention-backend", os.environ.get("SGLANG_ATTENTION_BACKEND", "triton"), "--mem-fraction-static", "0.3",
-        "--enable-memory-saver", "--disable-cuda-graph", "--skip-server-warmup", "--log-level", "warning",
-    ]
-    proc = subprocess.Popen(cmd)
-    base = f"127.0.0.1:{port}"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"SGLang exited with {proc.returncode}: {' '.join(cmd)}")
-        try:
-            urllib.request.urlopen(f"http://{base}/health", timeout=2)
-            break
-        except OSError:
-            time.sleep(2)
-    else:
-        proc.kill()
-        pytest.fail("SGLang did not come up in 300 s")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=60)
+    proc = SGLangProcess(model_path, args, mem_fraction=0.3, extra=["--enable-memory-saver"])
+    try:
+        proc.wait(timeout=300)
+    except (RuntimeError, TimeoutError) as exc:
+        proc.stop()
+        pytest.fail(str(exc))
+    yield proc.addr
+    proc.stop()
 
 
 def _adapter(model_path: Path, zero_b: bool):
