@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_sglang_lora.config_access import cfg_path, to_plain  # light: omegaconf is imported lazily inside
+
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
 PACKAGES = ("verl", "sglang", "torch", "ray", "transformers", "peft", "hydra-core")
@@ -385,7 +387,7 @@ class Doctor:
         self.add("config compose", OK, f"{self.config_name} + {OVERLAY_GROUP} + {len(self.overrides)} override(s)")
         self.guarded("overlay", self.check_overlay, cfg)
         if self.ray:
-            env = _plain(_select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars")) or {}
+            env = to_plain(_select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars")) or {}
             section, self._section = self._section, 1
             self.guarded("registration (Ray worker)", self.check_ray, {k: str(v) for k, v in env.items()})
             self._section = section
@@ -488,7 +490,7 @@ class Doctor:
             setting, _, fix = problem.partition(" Fix: ")
             key = re.match(r"[\w.]+", setting)[0]
             self.add("verl guards", FAIL, setting, f"{key}: {fix or 'see docs/configuration.md, Refused'}")
-        sglang_kwargs = _plain(_select_any(rollout, "engine_kwargs.sglang")) or {}
+        sglang_kwargs = to_plain(cfg_path(rollout, "engine_kwargs.sglang")) or {}
         overridden = sorted(k for k in sglang_kwargs if k in LORA_KEYS)
         if overridden:
             self.add("verl guards", WARN, f"engine_kwargs.sglang sets {overridden}; the plugin replaces them at launch",
@@ -646,18 +648,6 @@ def _select(cfg: Any, key: str) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(cfg, key, default=None)
-
-
-def _select_any(obj: Any, dotted: str) -> Any:
-    from verl_sglang_lora.config_access import cfg_path
-
-    return cfg_path(obj, dotted)
-
-
-def _plain(value: Any) -> Any:
-    from verl_sglang_lora.config_access import to_plain
-
-    return to_plain(value)
 
 
 # ---- output ----------------------------------------------------------------------------------------------
