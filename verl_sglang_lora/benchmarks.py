@@ -280,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.pinning_only:
         print(f"version pinning on the rollout hot path: {pin_ns:.0f} ns per request (acquire + lora_path + release), median of 5")
         return 0
-    results = [run_shape(s, args.iters, args.rank, args.bucket_mb, args.mem_fraction) for s in args.shape or ["qwen3-0.6b"]]
+    results = []
+    for shape in args.shape or ["qwen3-0.6b"]:
+        results.append(run_shape(shape, args.iters, args.rank, args.bucket_mb, args.mem_fraction))
+        print("result", json.dumps(results[-1]), flush=True)  # survives a later shape's failure or timeout
     print_table(results, pin_ns)
     if args.json:
         args.json.write_text(json.dumps({"results": results, "version_pinning_ns": pin_ns, "torch": torch.__version__}, indent=2))

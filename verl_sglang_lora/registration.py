@@ -16,7 +16,10 @@ ADAPTER_FQN = "verl_sglang_lora.weight_sync.SGLangLoRAServerAdapter"
 
 
 def load_replica_class() -> type:
-    """Loader verl calls on ``RolloutReplicaRegistry.get("sglang_lora")``."""
+    """Loader verl calls on ``RolloutReplicaRegistry.get("sglang_lora")`` (in the trainer, which builds replicas)."""
+    from verl_sglang_lora.verl_compat import import_verl_sglang_for_driver
+
+    import_verl_sglang_for_driver()
     from verl_sglang_lora.server import SGLangLoRAReplica
 
     return SGLangLoRAReplica

@@ -30,7 +30,7 @@ from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 from verl_sglang_lora.sglang_server_args import wrap_server_args
 from verl_sglang_lora.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
 from verl_sglang_lora.sync.versions import AdapterVersions, Lease
-from verl_sglang_lora.verl_compat import load_verl_sglang_server
+from verl_sglang_lora.verl_compat import load_verl_sglang_server, refuse_sglang_cpu_engine
 
 _verl_server = load_verl_sglang_server()
 
@@ -46,6 +46,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        refuse_sglang_cpu_engine()
         check_config(self.config, self.model_config)
         if not overlay_applied(self.model_config):
             logger.warning(

@@ -18,6 +18,7 @@ source scripts/device/env.sh
 run_step() {
     local n=$1 cap=$2; shift 2
     [ "$n" -lt "$FIRST" ] && return 0
+    if [ -n "${ONLY:-}" ]; then [[ " $ONLY " == *" $n "* ]] || return 0; NEXT=$n; fi   # ONLY="1 6": just these
     [ "$NEXT" -ne "$n" ] && return 0   # an earlier step was deferred: keep the order
     local left=$(( BUDGET - ($(date +%s) - T0) ))
     local t=$(( cap < left ? cap : left ))
@@ -28,7 +29,7 @@ run_step() {
 }
 gpu_tests() { timeout "$STEP_TIMEOUT" python3 -m pytest tests/gpu -q -p no:cacheprovider > "$LOGDIR/gpu_tests.log" 2>&1; tail -5 "$LOGDIR/gpu_tests.log"; }
 benchmarks() {
-    timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.benchmarks --shape qwen3-0.6b --shape qwen3-8b \
+    timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.benchmarks ${BENCH_ARGS:---shape qwen3-0.6b --shape qwen3-8b} \
         --json "$LOGDIR/bench.json" > "$LOGDIR/bench.log" 2>&1; tail -30 "$LOGDIR/bench.log"
 }
 
