@@ -397,6 +397,14 @@ class _Inert(types.ModuleType):
 
 def import_verl_sglang_rollout() -> tuple[Any, list[str]]:
     """verl's sglang_rollout module, with the CPU-unimportable server entry points stubbed (recorded)."""
+    stubbed = stub_inert_modules()
+    from verl.workers.rollout.sglang_rollout import sglang_rollout
+
+    return sglang_rollout, stubbed
+
+
+def stub_inert_modules() -> list[str]:
+    """Stub those of INERT_MODULES that cannot be imported on this CPU host; returns the stubbed names."""
     import importlib
 
     import sglang.srt.entrypoints as entrypoints
@@ -412,9 +420,7 @@ def import_verl_sglang_rollout() -> tuple[Any, list[str]]:
         if name.startswith("sglang.srt.entrypoints."):
             setattr(entrypoints, name.rsplit(".", 1)[1], sys.modules[name])
         stubbed.append(name)
-    from verl.workers.rollout.sglang_rollout import sglang_rollout
-
-    return sglang_rollout, stubbed
+    return stubbed
 
 
 def stock_field_from_source(adapter_cls: type) -> tuple[str | None, str]:

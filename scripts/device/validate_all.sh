@@ -13,6 +13,8 @@ NEXT=$FIRST
 [ -d /tmp/site/sglang ] || bash scripts/offline_bundle/install.sh /tmp/whl /tmp/site > "${OUT:-/tmp/out}/install.log" 2>&1
 bash scripts/device/install_plugin.sh 2>&1 | tail -1
 source scripts/device/env.sh
+# Triton kernels from an earlier machine (copy $OUT/triton_cache.tgz of the last call to .whl/ and carry it)
+[ -f .whl/triton_cache.tgz ] && [ ! -d "$TRITON_CACHE_DIR" ] && tar xzf .whl/triton_cache.tgz -C "$(dirname "$TRITON_CACHE_DIR")"
 
 # run_step N CAP CMD...: runs CMD under "timeout T" with T = min(CAP, time left) when step N is due
 run_step() {
@@ -33,10 +35,11 @@ benchmarks() {
         --json "$LOGDIR/bench.json" > "$LOGDIR/bench.log" 2>&1; tail -30 "$LOGDIR/bench.log"
 }
 
-run_step 1 330 env STEPS=${E2E_STEPS:-4} bash scripts/device/e2e.sh e2e_plugin_fsdp2_adapter
+run_step 1 420 env STEPS=${E2E_STEPS:-4} bash scripts/device/e2e.sh e2e_plugin_fsdp2_adapter
 run_step 2 200 env STEPS=2 bash scripts/device/e2e.sh e2e_stock_sglang actor_rollout_ref.rollout.name=sglang
 run_step 3 240 env STEPS=2 bash scripts/device/e2e.sh e2e_plugin_merge actor_rollout_ref.model.lora.merge=True
 run_step 4 240 env STEPS=2 bash scripts/device/e2e.sh e2e_plugin_nolora actor_rollout_ref.model.lora_rank=0
 run_step 5 300 gpu_tests
 run_step 6 500 benchmarks
+[ -d "$TRITON_CACHE_DIR" ] && tar czf "$LOGDIR/triton_cache.tgz" -C "$(dirname "$TRITON_CACHE_DIR")" "$(basename "$TRITON_CACHE_DIR")"
 echo "NEXT_STEP=$NEXT"
