@@ -7,7 +7,8 @@
 # What it installs (docs/cpu_environment.md has the why of each line):
 #   1. torch==2.13.0, the CPU wheel that lies on disk (pip's find-links); a CUDA torch is refused.
 #   2. verl==0.9.1 with its normal dependencies (transformers >=5.5.3,<5.11,!=5.6.0), peft,
-#      ray[default], hydra-core, pytest, pytest-asyncio -- all under the constraint torch==2.13.0.
+#      ray[default], hydra-core, pytest, pytest-asyncio -- all under the constraint torch==2.13.0 --
+#      plus cachetools, which verl 0.9.1's trainer modules import but do not declare.
 #   3. The dependencies SGLang needs to import its request structs / ServerArgs / LoRA utils /
 #      MultiprocessingSerializer on CPU, found by trial (not SGLang's GPU requirement list):
 #      pybase64 fastapi ipython pyzmq openai partial_json_parser sentencepiece einops
@@ -108,7 +109,7 @@ echo "$TORCH_PIN" > "$CONS"
 # ---------------------------------------------------------------- 2+3. verl + sglang CPU deps
 step "2/7 verl 0.9.1 + test deps + SGLang's CPU-import deps (one resolver run)"
 pip_ install -q --progress-bar off -c "$CONS" \
-  "verl==0.9.1" "transformers>=5.5.3,<5.11,!=5.6.0" peft "ray[default]" hydra-core \
+  "verl==0.9.1" "transformers>=5.5.3,<5.11,!=5.6.0" peft "ray[default]" hydra-core cachetools \
   pytest pytest-asyncio \
   pybase64 fastapi ipython "pyzmq>=25.1.2" "openai==2.6.1" partial_json_parser sentencepiece \
   einops compressed-tensors gguf msgspec triton "torchvision==0.28.0"

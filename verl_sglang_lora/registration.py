@@ -10,7 +10,7 @@ Both must be filled in every process, Ray workers included; see ``verl_sglang_lo
 
 from __future__ import annotations
 
-from verl_sglang_lora import ROLLOUT_NAME
+from verl_sglang_lora import ROLLOUT_NAME, trainer_metrics
 
 ADAPTER_FQN = "verl_sglang_lora.weight_sync.SGLangLoRAServerAdapter"
 
@@ -32,6 +32,7 @@ def register() -> None:
 
     RolloutReplicaRegistry.register(ROLLOUT_NAME, load_replica_class)
     base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = ADAPTER_FQN
+    trainer_metrics.install()  # sglang_lora/* sync figures in verl's per-step metrics
 
 
 def registration_state() -> dict[str, bool]:

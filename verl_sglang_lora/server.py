@@ -29,6 +29,7 @@ from verl_sglang_lora.sglang_contract.installed import io_struct
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 from verl_sglang_lora.sglang_server_args import wrap_server_args
 from verl_sglang_lora.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
+from verl_sglang_lora.sync.metrics import SyncMetrics
 from verl_sglang_lora.sync.versions import AdapterVersions, Lease
 from verl_sglang_lora.verl_compat import load_verl_sglang_server, refuse_sglang_cpu_engine
 
@@ -60,6 +61,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.memory = MemoryTagLedger(as_adapter=self.lora.as_adapter)
         self.settings = PluginSettings.from_rollout_config(self.config)
         self.adapters = AdapterVersions()
+        self.sync_metrics = SyncMetrics()
         # Validated here, before SGLang allocates any GPU memory.
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank)
         self._raw_generate_request = None
@@ -131,11 +133,14 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         finally:
             _current_lease.reset(token)
             self._release(lease)
+        version = lease.version if lease else -1
+        staleness = int(self.global_steps) - lease.version if lease is not None and self.global_steps is not None else None
+        self.sync_metrics.record_sample(version, staleness)
         extra = getattr(output, "extra_fields", None)
         if isinstance(extra, dict):  # verl's agent loop turns extra_fields into per-sample non_tensor_batch columns
-            extra["adapter_version"] = lease.version if lease else -1
-            if lease is not None and self.global_steps is not None:
-                extra["adapter_staleness"] = int(self.global_steps) - lease.version
+            extra["adapter_version"] = version
+            if staleness is not None:
+                extra["adapter_staleness"] = staleness
         return output
 
     # ---- memory: one ledger for sleep/wake_up and the client's release/resume ---------------------------
@@ -193,6 +198,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         if stale:
             await self._unload(stale)
         if stats:
+            self.sync_metrics.record_sync(stats)
             logger.info("sglang_lora: adapter %s active (version %d) %s", name, version, stats)
         if canary is not None:
             self._pending_canary = (name, CanaryExpectation(**canary))
@@ -213,6 +219,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.last_canary = {"adapter": name, "verdict": verdict, **result}
         log = logger.info if verdict == "pass" else logger.warning
         log("sglang_lora: canary %s", self.last_canary)
+
+    def drain_metrics(self) -> dict[str, float]:
+        """This step's sync/staleness figures for verl's metrics dict (read by ``trainer_metrics``)."""
+        return self.sync_metrics.drain()
 
     def adapter_status(self) -> dict[str, Any]:
         return {**self.adapters.status(), "last_canary": self.last_canary}
