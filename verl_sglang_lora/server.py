@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 logger.setLevel(logging.INFO)
 
 VERL_FIXED_ADAPTER_NAME = "verl_actor_lora_name"  # what verl's own generate() puts in lora_path
+UNREAD_SYNCS_WARNING = 3  # adapter syncs with no drain_metrics() between: verl's metrics hook is not installed
 _current_lease: contextvars.ContextVar[Lease | None] = contextvars.ContextVar("sglang_lora_lease", default=None)
 
 
@@ -62,6 +63,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.settings = PluginSettings.from_rollout_config(self.config)
         self.adapters = AdapterVersions()
         self.sync_metrics = SyncMetrics()
+        self._warned_metrics_unread = False
         # Validated here, before SGLang allocates any GPU memory.
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank)
         self._raw_generate_request = None
@@ -199,6 +201,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             await self._unload(stale)
         if stats:
             self.sync_metrics.record_sync(stats)
+            self._warn_if_metrics_unread()
             logger.info("sglang_lora: adapter %s active (version %d) %s", name, version, stats)
         if canary is not None:
             self._pending_canary = (name, CanaryExpectation(**canary))
@@ -219,6 +222,16 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.last_canary = {"adapter": name, "verdict": verdict, **result}
         log = logger.info if verdict == "pass" else logger.warning
         log("sglang_lora: canary %s", self.last_canary)
+
+    def _warn_if_metrics_unread(self) -> None:
+        if self.sync_metrics.syncs >= UNREAD_SYNCS_WARNING and not self._warned_metrics_unread:
+            self._warned_metrics_unread = True
+            logger.warning(
+                "sglang_lora: %d adapter syncs and no metrics read: verl's per-step metrics lack sglang_lora/* (the "
+                "trainer process did not import verl_sglang_lora.register; check actor_rollout_ref.model.external_lib "
+                "or `verl-sglang-lora doctor`). Per-sample adapter_version is still recorded.",
+                self.sync_metrics.syncs,
+            )
 
     def drain_metrics(self) -> dict[str, float]:
         """This step's sync/staleness figures for verl's metrics dict (read by ``trainer_metrics``)."""
