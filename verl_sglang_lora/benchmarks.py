@@ -135,7 +135,9 @@ async def bench_verl_stock(addr: str, model_dir: Path, adapter, config, iters) -
     except Exception as exc:  # noqa: BLE001 - reported in the table
         return [], f"verl import failed: {type(exc).__name__}: {exc}"
 
-    class _Mesh:  # the only device-mesh call on verl's adapter path: TP-local rank 0
+    class _Mesh:  # what verl's adapter path reads of device_mesh["infer_tp"]: TP-local rank 0 of a TP-1 mesh
+        mesh = torch.arange(1)
+
         def __getitem__(self, _):
             return self
 
