@@ -88,6 +88,10 @@ def test_good_megatron_config_passes_as_a_subprocess(tiny_qwen3):
         table["launch args"][0][1]
     )
     assert status(table, "target modules") == OK
+    # this CPU venv has no Megatron stack: named, with the fix, before any GPU is taken (a WARN: doctor may run on
+    # another machine than the training one)
+    assert status(table, "megatron stack") == WARN
+    assert "megatron-bridge" in table["megatron stack"][0][1] and "transformer-engine-torch" in table["megatron stack"][0][1]
 
 
 def test_regex_target_modules_fail_naming_the_setting(tiny_qwen3, capsys):

@@ -404,6 +404,36 @@ class Doctor:
             targets = self.guarded("launch args", self.check_launch_args, plan, settings)
         self.guarded("model", self.check_model, model_cfg, plan, targets)
         self.guarded("memory tags", self.check_memory, plan, cfg)
+        if str(_select(cfg, "actor_rollout_ref.actor.strategy")) == "megatron" and plan.enabled:
+            self.guarded("megatron stack", self.check_megatron_stack, cfg)
+
+    def check_megatron_stack(self, cfg: Any) -> None:
+        """verl 0.9.1 trains Megatron LoRA only through Megatron-Bridge, which imports TransformerEngine's torch
+        extension; without them the run dies at engine init inside a Ray worker, after GPUs are taken."""
+        def present(module: str) -> bool:
+            try:
+                return importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                return False
+
+        needed = {"megatron.core": "megatron-core", "megatron.bridge": "megatron-bridge",
+                  "transformer_engine": "transformer-engine", "transformer_engine_torch": "transformer-engine-torch"}
+        missing = [pkg for module, pkg in needed.items() if not present(module)]
+        backend = str(_select(cfg, "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend"))
+        notes = []
+        if backend == "flash" and not present("flash_attn"):
+            notes.append("attention_backend=flash needs the flash-attn package, not installed")
+        if not missing and not notes:
+            self.add("megatron stack", OK, "megatron-core, megatron-bridge, TransformerEngine (torch) importable")
+            return
+        if missing:
+            notes.insert(0, f"not installed here: {', '.join(missing)} (verl's Megatron LoRA path goes through "
+                            "Megatron-Bridge, which imports TransformerEngine's torch extension)")
+        detail = "; ".join(notes)
+        fix = "on the training machine: pip install megatron-core megatron-bridge 'transformer-engine[pytorch]'"
+        if notes:
+            fix += "; or actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused"
+        self.add("megatron stack", WARN, detail, fix + " (docs/megatron_gpu.md)")
 
     def check_overlay(self, cfg: Any) -> None:
         name = _select(cfg, "actor_rollout_ref.rollout.name")
