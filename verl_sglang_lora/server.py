@@ -24,12 +24,14 @@ import ray
 from verl_sglang_lora.config_guards import check_config, overlay_applied, refuse_raw_video
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.memory_tags import KV_CACHE, MemoryTagLedger
+from verl_sglang_lora.recovery import RestartRecovery, ray_restart_options
 from verl_sglang_lora.settings import PluginSettings
 from verl_sglang_lora.sglang_contract.installed import io_struct
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 from verl_sglang_lora.sglang_server_args import wrap_server_args
 from verl_sglang_lora.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
 from verl_sglang_lora.sync.metrics import SyncMetrics
+from verl_sglang_lora.sync.snapshot import clear_snapshots, snapshot_root
 from verl_sglang_lora.sync.versions import AdapterVersions, Lease
 from verl_sglang_lora.verl_compat import load_verl_sglang_server, refuse_sglang_cpu_engine
 
@@ -70,6 +72,13 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self._warned_no_adapter = False
         self._pending_canary: tuple[str, CanaryExpectation] | None = None
         self.last_canary: dict[str, Any] | None = None
+        # restart recovery (recovery.py): a reconstructed actor relaunches SGLang before its first call
+        ctx = ray.get_runtime_context()
+        actor_name = ctx.get_actor_name() or f"sglang_server_{self.replica_rank}_{self.node_rank}"
+        self.snapshot_root = snapshot_root(self.settings.snapshot_dir, ctx.get_job_id(), actor_name)
+        self.recovery = RestartRecovery(self.settings.server_max_restarts)
+        if not self.recovery.pending and self.settings.server_max_restarts > 0:
+            clear_snapshots(self.snapshot_root)
 
     # ---- launch -------------------------------------------------------------------------------------
     async def launch_server(self, *args: Any, **kwargs: Any) -> Any:
@@ -83,6 +92,20 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         if self.lora.as_adapter and getattr(self, "tokenizer_manager", None) is not None:
             self._pin_adapter_on_every_request()
         return result
+
+    async def _recover_if_restarted(self) -> None:
+        await self.recovery.ensure(self)
+
+    def own_address(self) -> tuple[str, int]:
+        return super().get_server_address()
+
+    async def get_server_address(self) -> tuple[str, int]:
+        await self._recover_if_restarted()
+        return self.own_address()
+
+    def snapshot_dir(self) -> str:
+        """Where the weight-sync client keeps the newest adapter for a restarted server (same node)."""
+        return str(self.snapshot_root)
 
     def _pin_adapter_on_every_request(self) -> None:
         """Wrap the tokenizer manager's entry point: verl's generate and the HTTP /generate route both pass it."""
@@ -126,6 +149,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
     # ---- generation -----------------------------------------------------------------------------------
     async def generate(self, *args: Any, **kwargs: Any) -> Any:
         refuse_raw_video(kwargs.get("video_data"))
+        await self._recover_if_restarted()
         if not self.lora.as_adapter:
             return await super().generate(*args, **kwargs)
         lease = self.adapters.acquire()
@@ -147,6 +171,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
 
     # ---- memory: one ledger for sleep/wake_up and the client's release/resume ---------------------------
     async def release_memory(self, tags: list[str] | None = None) -> list[str]:
+        await self._recover_if_restarted()
         if self.node_rank != 0 or not self.config.free_cache_engine:
             return []
         todo = self.memory.to_release(tags)
@@ -159,6 +184,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         return todo
 
     async def resume_memory(self, tags: list[str] | None = None) -> list[str]:
+        await self._recover_if_restarted()
         if self.node_rank != 0:
             return []
         todo = self.memory.to_resume(tags)
@@ -190,12 +216,14 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
 
     # ---- adapter versions (driven by the weight-sync client) -------------------------------------------
     async def adapter_push_plan(self, version: int, fingerprint: str) -> dict[str, Any]:
+        await self._recover_if_restarted()
         action = self.adapters.check_push(version, fingerprint)
         return {"action": action, "name": self.adapters.active.name if action == "ack" else self.adapters.name_for(version)}
 
     async def activate_adapter(
         self, name: str, version: int, fingerprint: str, stats: dict | None = None, canary: dict | None = None
     ) -> dict:
+        await self._recover_if_restarted()
         stale = self.adapters.activate(name, version, fingerprint)
         if stale:
             await self._unload(stale)
@@ -274,4 +302,5 @@ class SGLangLoRAReplica(_verl_server.SGLangReplica):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.server_class = ray.remote(SGLangLoRARollout)
+        restarts = PluginSettings.from_rollout_config(self.config).server_max_restarts
+        self.server_class = ray.remote(**ray_restart_options(restarts))(SGLangLoRARollout) if restarts else ray.remote(SGLangLoRARollout)

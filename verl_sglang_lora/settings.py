@@ -26,6 +26,10 @@ class PluginSettings:
     http_timeout_s: float = 300.0
     http_max_attempts: int = 3
     """Attempts for retryable failures (connection refused/reset, timeouts, 502/503/504); 4xx fail at once."""
+    server_max_restarts: int = 0
+    """Ray restarts of a dead SGLang server actor, each relaunching SGLang with the newest adapter (adapter mode)."""
+    snapshot_dir: str = ""
+    """Where the newest adapter is kept for a restarted server (node-local; empty = the temp dir)."""
 
     @classmethod
     def from_rollout_config(cls, rollout_config: Any) -> "PluginSettings":
@@ -44,3 +48,5 @@ class PluginSettings:
             raise ValueError(f"{SETTINGS_PATH}.bucket_mb must be > 0, got {self.bucket_mb}")
         if self.http_max_attempts < 1:
             raise ValueError(f"{SETTINGS_PATH}.http_max_attempts must be >= 1")
+        if self.server_max_restarts < 0:
+            raise ValueError(f"{SETTINGS_PATH}.server_max_restarts must be >= 0, got {self.server_max_restarts}")

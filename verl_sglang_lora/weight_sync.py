@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -19,11 +20,13 @@ import torch
 from verl_sglang_lora.config_guards import check_config
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.settings import PluginSettings
+from verl_sglang_lora.sglang_contract.errors import SGLangRequestError
 from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, lora_module_path
 from verl_sglang_lora.sync.adapter_push import adapter_load_body, collect_adapter
 from verl_sglang_lora.sync.canary import CanaryExpectation
+from verl_sglang_lora.sync.snapshot import write_snapshot
 from verl_sglang_lora.verl_compat import load_verl_server_adapter
 
 logger = logging.getLogger(__name__)
@@ -113,14 +116,23 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         )
         t_collect = time.perf_counter()
 
-        plan = await self.server_actor.adapter_push_plan.remote(version, adapter.fingerprint)
-        if plan["action"] == "ack":
-            logger.info("sglang_lora: version %d already served as %s; ack", version, plan["name"])
-            return {"version": version, "action": "ack", "name": plan["name"]}
         tp = self.config.tensor_model_parallel_size * self.config.get("data_parallel_size", 1)
-        body = adapter_load_body(plan["name"], config_dict, adapter, tp, self.settings.verify_checksums)
-        await (await self.http()).load_lora_adapter_from_tensors(body)
+        for attempt in (1, 2):  # a second round only when the server went away mid-load (restart recovery)
+            plan = await self.server_actor.adapter_push_plan.remote(version, adapter.fingerprint)
+            if plan["action"] == "ack":
+                logger.info("sglang_lora: version %d already served as %s; ack", version, plan["name"])
+                return {"version": version, "action": "ack", "name": plan["name"]}
+            body = adapter_load_body(plan["name"], config_dict, adapter, tp, self.settings.verify_checksums)
+            try:
+                await (await self.http()).load_lora_adapter_from_tensors(body)
+                break
+            except SGLangRequestError as exc:
+                if exc.status is not None or attempt == 2 or self.settings.server_max_restarts == 0:
+                    raise
+                logger.warning("sglang_lora: SGLang unreachable during the adapter load (%s); asking the server "
+                               "actor again (Ray restarts it with server_max_restarts)", exc)
         t_load = time.perf_counter()
+        snapshot_ms = await self._snapshot(plan["name"], version, adapter, config_dict, global_steps)
 
         expect = None
         if self.settings.canary:
@@ -134,6 +146,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             "bytes": adapter.nbytes,
             "collect_ms": round((t_collect - t0) * 1e3, 2),
             "load_ms": round((t_load - t_collect) * 1e3, 2),
+            "snapshot_ms": snapshot_ms,
             "total_ms": round((time.perf_counter() - t0) * 1e3, 2),
         }
         # the server runs the canary as soon as its KV cache is resident (now, or at resume(kv_cache))
@@ -144,6 +157,16 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         logger.info("sglang_lora: adapter sync %s", stats)
         return stats
 
+    async def _snapshot(self, name: str, version: int, adapter: Any, config: dict, global_steps: int | None) -> float:
+        """Keep the adapter where a restarted server finds it (only with server_max_restarts > 0)."""
+        if self.settings.server_max_restarts == 0:
+            return 0.0
+        t0 = time.perf_counter()
+        root = Path(await self.server_actor.snapshot_dir.remote())
+        write_snapshot(root, name=name, version=version, fingerprint=adapter.fingerprint, global_steps=global_steps,
+                       tensors=adapter.tensors, peft_config=config)
+        return round((time.perf_counter() - t0) * 1e3, 2)
+
     def _version(self, global_steps: int | None) -> int:
         if global_steps is None:
             self._internal_version += 1
@@ -152,12 +175,19 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         return int(global_steps)
 
     async def http(self) -> SGLangHTTPClient:
-        """A body-preserving client for this replica's server (address asked from the server actor)."""
-        if self._http is None:
-            host, port = await self.server_actor.get_server_address.remote()
-            host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        """A body-preserving client for this replica's server, at the address the server actor reports now.
+
+        Asked on every sync (one actor call): a server actor restarted by Ray listens on a new port.
+        """
+        host, port = await self.server_actor.get_server_address.remote()
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        address = f"http://{host}:{port}"
+        if self._http is None or self._http.base_url != address:
+            if self._http is not None:
+                logger.warning("sglang_lora: SGLang moved from %s to %s (server restarted)", self._http.base_url, address)
+                self._engine = None  # verl's own HTTP adapter is rebuilt at its next use
             self._http = SGLangHTTPClient(
-                f"{host}:{port}", timeout_s=self.settings.http_timeout_s, max_attempts=self.settings.http_max_attempts
+                address, timeout_s=self.settings.http_timeout_s, max_attempts=self.settings.http_max_attempts
             )
         return self._http
 

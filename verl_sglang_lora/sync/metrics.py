@@ -17,6 +17,7 @@ PREFIX = "sglang_lora/"
 class SyncMetrics:
     last_sync: dict[str, float] = field(default_factory=dict)
     syncs: int = 0
+    restarts: int = 0  # Ray restarts of the server actor recovered (recovery.py)
     samples: int = 0
     base_samples: int = 0  # served before any adapter was active (version -1)
     staleness_n: int = 0
@@ -49,7 +50,8 @@ class SyncMetrics:
         """The figures since the last drain (the last sync's stats are kept until a newer sync)."""
         with self._lock:
             out: dict[str, float] = {f"{PREFIX}syncs": float(self.syncs), f"{PREFIX}samples": float(self.samples),
-                                     f"{PREFIX}base_policy_samples": float(self.base_samples)}
+                                     f"{PREFIX}base_policy_samples": float(self.base_samples),
+                                     f"{PREFIX}server_restarts": float(self.restarts)}
             for key in ("total_ms", "collect_ms", "load_ms", "bytes", "tensors", "buckets", "version"):
                 if key in self.last_sync:
                     out[f"{PREFIX}sync_{key}"] = self.last_sync[key]
@@ -59,7 +61,7 @@ class SyncMetrics:
             if self.version_min is not None:
                 out[f"{PREFIX}served_version_min"] = float(self.version_min)
                 out[f"{PREFIX}served_version_max"] = float(self.version_max)
-            self.syncs = self.samples = self.base_samples = 0
+            self.syncs = self.restarts = self.samples = self.base_samples = 0
             self.staleness_n = self.staleness_sum = self.staleness_max = 0
             self.version_min = self.version_max = None
             return out
@@ -69,7 +71,7 @@ def merge_replica_metrics(per_replica: list[Mapping[str, float]]) -> dict[str, f
     """One figure per key over the replicas: sums for counts, max for versions/staleness/latency, mean else."""
     if not per_replica:
         return {}
-    summed = ("syncs", "samples", "base_policy_samples", "sync_bytes", "sync_tensors")
+    summed = ("syncs", "server_restarts", "samples", "base_policy_samples", "sync_bytes", "sync_tensors")
     maxed = ("staleness_max", "served_version_max", "sync_version", "sync_total_ms", "sync_load_ms", "sync_collect_ms")
     out: dict[str, float] = {}
     for key in sorted({k for m in per_replica for k in m}):
