@@ -72,6 +72,12 @@ def test_fingerprint_tracks_content():
     assert fingerprint(x) == fingerprint({k: v.clone() for k, v in x.items()})
     y = {"a": torch.ones(3), "b": torch.arange(4.0).flip(0)}  # same sum, different order
     assert fingerprint(x) != fingerprint(y)
+    # tensors of one shape are reduced together: a change in any one of them still shows
+    same_shape = {f"t{i}": torch.full((2, 3), float(i)) for i in range(5)}
+    changed = {**same_shape, "t3": same_shape["t3"].clone().index_fill_(1, torch.tensor([2]), -1.0)}
+    assert fingerprint(same_shape) != fingerprint(changed)
+    mixed = {"e": torch.zeros(0), "h": torch.ones(2, 2, dtype=torch.bfloat16), **x}  # empty and bf16 tensors
+    assert fingerprint(mixed) == fingerprint({k: v.clone() for k, v in mixed.items()})
 
 
 def test_versions_idempotent_ack_monotonic_and_retention():

@@ -9,6 +9,7 @@ buffer the producer reuses, and handed to SGLang in a single load after the last
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
@@ -104,19 +105,37 @@ class LoRAAccumulator:
         return AccumulatedAdapter(self.tensors, self.num_buckets, self.nbytes, fingerprint(self.tensors))
 
 
+FINGERPRINT_BATCH_ELEMENTS = 32 << 20  # 256 MiB of float64 per stacked batch
+
+
 def fingerprint(tensors: dict[str, torch.Tensor]) -> str:
-    """A cheap content fingerprint: names, shapes and two float64 moments per tensor, one device sync in all."""
+    """A cheap content fingerprint: names, shapes and two float64 moments per tensor, one device sync in all.
+
+    Tensors of one shape/dtype/device are stacked and reduced together: a LoRA adapter has a handful of distinct
+    shapes, so this is a few dozen kernels instead of several per tensor (392 tensors for a Qwen3-0.6B adapter).
+    """
     names = sorted(tensors)
     if not names:
         return "empty"
-    moments = []
+    groups: dict[tuple, list[str]] = {}
     for name in names:
-        flat = tensors[name].detach().reshape(-1).to(torch.float64)
-        idx = torch.arange(flat.numel(), device=flat.device, dtype=torch.float64)
-        moments.append(torch.stack([flat.sum(), (flat * idx).sum()]))
-    values = torch.stack([m.to(moments[0].device) for m in moments]).cpu().tolist()
-    h = hashlib.sha256()
-    for name, (s1, s2) in zip(names, values):
         t = tensors[name]
+        groups.setdefault((tuple(t.shape), t.dtype, t.device), []).append(name)
+    order, moments = [], []
+    for (shape, _, device), members in groups.items():
+        numel = math.prod(shape)
+        idx = torch.arange(numel, device=device, dtype=torch.float64)
+        step = max(1, FINGERPRINT_BATCH_ELEMENTS // max(1, numel))  # bounds the float64 copy
+        for i in range(0, len(members), step):
+            chunk = members[i : i + step]
+            batch = torch.stack([tensors[n].detach().reshape(-1) for n in chunk]).to(torch.float64)
+            pair = torch.stack([batch.sum(dim=1), batch @ idx], dim=1)
+            moments.append(pair.to(moments[0].device) if moments else pair)
+            order += chunk
+    values = dict(zip(order, torch.cat(moments).cpu().tolist()))
+    h = hashlib.sha256()
+    for name in names:
+        t = tensors[name]
+        s1, s2 = values[name]
         h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|{s1:.17g}|{s2:.17g}".encode())
     return h.hexdigest()[:16]
