@@ -165,8 +165,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         extra = getattr(output, "extra_fields", None)
         if isinstance(extra, dict):  # verl's agent loop turns extra_fields into per-sample non_tensor_batch columns
             extra["adapter_version"] = version
-            if staleness is not None:
-                extra["adapter_staleness"] = staleness
+            extra["adapter_staleness"] = staleness  # None before the trainer set a step: same keys on every sample
         return output
 
     # ---- memory: one ledger for sleep/wake_up and the client's release/resume ---------------------------
