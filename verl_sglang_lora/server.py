@@ -302,4 +302,5 @@ class SGLangLoRAReplica(_verl_server.SGLangReplica):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         restarts = PluginSettings.from_rollout_config(self.config).server_max_restarts
-        self.server_class = ray.remote(**ray_restart_options(restarts))(SGLangLoRARollout) if restarts else ray.remote(SGLangLoRARollout)
+        options = ray_restart_options(restarts)  # {} unless restart recovery is on
+        self.server_class = ray.remote(**options)(SGLangLoRARollout) if options else ray.remote(SGLangLoRARollout)
