@@ -13,7 +13,8 @@
 #      MultiprocessingSerializer on CPU, found by trial (not SGLang's GPU requirement list):
 #      pybase64 fastapi ipython pyzmq openai partial_json_parser sentencepiece einops
 #      compressed-tensors gguf msgspec, plus triton (imports fine without a GPU) and
-#      torchvision==0.28.0 (the PyPI build; see the shim below).
+#      torchvision==0.28.0 (the PyPI build; see the shim below); uvloop and setproctitle, which SGLang's
+#      tokenizer manager imports (the server actor test imports verl's SGLang server module).
 #   4. The repo itself: pip install -e ".[test]" (when setup.py / pyproject.toml exists).
 #   5. sglang==0.5.12 with --no-deps (installed last so pip's conflict report about SGLang's
 #      GPU pins does not fire on every later step).
@@ -112,7 +113,7 @@ pip_ install -q --progress-bar off -c "$CONS" \
   "verl==0.9.1" "transformers>=5.5.3,<5.11,!=5.6.0" peft "ray[default]" hydra-core cachetools \
   pytest pytest-asyncio \
   pybase64 fastapi ipython "pyzmq>=25.1.2" "openai==2.6.1" partial_json_parser sentencepiece \
-  einops compressed-tensors gguf msgspec triton "torchvision==0.28.0"
+  einops compressed-tensors gguf msgspec triton "torchvision==0.28.0" uvloop setproctitle
 # freeze what was resolved: later installs (the repo's own extras) may not move any of it
 "$VPY" -m pip freeze --exclude-editable 2>/dev/null | grep -viE '^(sglang|verl[-_]sglang[-_]lora)[=@ ]' > "$CONS"
 

@@ -75,7 +75,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         # restart recovery (recovery.py): a reconstructed actor relaunches SGLang before its first call
         ctx = ray.get_runtime_context()
         actor_name = ctx.get_actor_name() or f"sglang_server_{self.replica_rank}_{self.node_rank}"
-        self.snapshot_root = snapshot_root(self.settings.snapshot_dir, ctx.get_job_id(), actor_name)
+        self.snapshot_root = snapshot_root(self.settings.snapshot_dir, ctx.get_job_id(), actor_name, ctx.get_node_id())
         self.recovery = RestartRecovery(self.settings.server_max_restarts)
         if not self.recovery.pending and self.settings.server_max_restarts > 0:
             clear_snapshots(self.snapshot_root)

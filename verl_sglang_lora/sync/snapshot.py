@@ -31,9 +31,14 @@ class AdapterSnapshot:
     path: str  # the directory /load_lora_adapter reads
 
 
-def snapshot_root(base: str, job_id: str, actor_name: str) -> Path:
-    """Per job and per server actor: a restarted actor (same name, same job) finds its own snapshot."""
-    return Path(base or tempfile.gettempdir()) / "verl_sglang_lora" / f"job_{job_id}" / actor_name
+def snapshot_root(base: str, job_id: str, actor_name: str, node_id: str = "") -> Path:
+    """Per job and server actor: a restarted actor (same name, same job, same node) finds its own snapshot.
+
+    Job ids restart at 01000000 in every Ray cluster; the node id (new for every raylet) keeps two clusters on one
+    host apart.
+    """
+    run = f"job_{job_id}" + (f"_node_{node_id[:12]}" if node_id else "")
+    return Path(base or tempfile.gettempdir()) / "verl_sglang_lora" / run / actor_name
 
 
 def write_snapshot(root: Path, *, name: str, version: int, fingerprint: str, global_steps: int | None,

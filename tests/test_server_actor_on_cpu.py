@@ -1,0 +1,123 @@
+"""The real ``SGLangLoRARollout`` in a real Ray actor, built by verl's own ``SGLangHttpServer.__init__`` from composed
+verl configs, driven through verl's real ``generate`` -- with a stand-in for SGLang's tokenizer manager (no SGLang
+engine on a CPU host; tests/server_probe.py). What it shows, before any GPU run:
+
+- every request verl's generate builds (with verl's fixed adapter name) reaches SGLang under the active versioned
+  adapter, and the sample carries adapter_version / adapter_staleness;
+- a canary queued while verl has released the KV cache does not generate until ``resume(kv_cache)``, then scores
+  the prompt with and without the adapter; the ledger drops the resume of never-released weights;
+- ``drain_metrics`` has the step's figures;
+- with ``server_max_restarts=1`` an actor that dies is restarted by Ray, the re-sent call waits for the relaunch and
+  the reload of the newest snapshot from the job's snapshot directory, and is served under that version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# SGLang 0.5.12's server import chain reaches sgl_kernel (a CUDA-only binary): the repo's CPU stub stands in
+SGL_KERNEL_STUB = ROOT / "scripts" / "cpu_env" / "sgl_kernel_stub"
+
+_SCRIPT = r"""
+import json, sys
+from tests.compat_probe import stub_inert_modules
+stub_inert_modules()
+import ray, torch
+from verl.workers.rollout.replica import RolloutMode
+from verl_sglang_lora.doctor import compose_config
+from verl_sglang_lora.recovery import ray_restart_options
+from verl_sglang_lora.server import SGLangLoRARollout
+from verl_sglang_lora.sync.snapshot import write_snapshot
+from tests.server_probe import probe_class
+
+cfg = compose_config("ppo_trainer", [
+    f"actor_rollout_ref.model.path={sys.argv[1]}", "actor_rollout_ref.model.lora_rank=8",
+    "actor_rollout_ref.model.lora_alpha=16", "actor_rollout_ref.model.target_modules=all-linear",
+    "data.max_prompt_length=64", "data.max_response_length=16",
+    "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.server_max_restarts=1",
+    f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.snapshot_dir={sys.argv[2]}",
+])
+ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+         runtime_env={"worker_process_setup_hook": "tests.server_probe.worker_setup"})
+Server = ray.remote(**ray_restart_options(1))(probe_class(SGLangLoRARollout))
+srv = Server.options(name="sglang_server_0_0", max_concurrency=16).remote(
+    config=cfg.actor_rollout_ref.rollout, model_config=cfg.actor_rollout_ref.model, rollout_mode=RolloutMode.HYBRID,
+    workers=[], replica_rank=0, node_rank=0, nnodes=1, cuda_visible_devices="", base_gpu_id=0)
+out = {}
+ray.get(srv.launch_server.remote())
+out["plan"] = ray.get(srv.adapter_push_plan.remote(3, "fp3"))
+out["released"] = ray.get(srv.release_memory.remote(None))
+ray.get(srv.activate_adapter.remote("verl_lora_v3", 3, "fp3", {"version": 3, "bytes": 2048, "total_ms": 5.0},
+                                     {"zero": True, "effect_bound": 0.0, "min_delta": 0.0}))
+ray.get(srv.set_global_steps.remote(3))
+out["calls_while_released"] = ray.get(srv.calls.remote())
+out["resumed_weights"] = ray.get(srv.resume_memory.remote(["weights"]))
+out["resumed_kv"] = ray.get(srv.resume_memory.remote(["kv_cache"]))
+out["canary"] = ray.get(srv.adapter_status.remote())["last_canary"]
+sample = ray.get(srv.generate.remote(prompt_ids=[5, 6, 7, 8], sampling_params={"temperature": 1.0}, request_id="r1"))
+out["sample"] = {"token_ids": sample.token_ids, "extra": {k: v for k, v in sample.extra_fields.items()
+                                                         if k in ("adapter_version", "adapter_staleness", "global_steps")}}
+out["calls"] = ray.get(srv.calls.remote())
+out["metrics"] = ray.get(srv.drain_metrics.remote())
+
+state = ray.get(srv.state.remote())
+write_snapshot(Path(state["snapshot_root"]), name="verl_lora_v3", version=3, fingerprint="fp3", global_steps=3,
+               tensors={"base_model.model.model.layers.0.mlp.down_proj.lora_A.weight": torch.ones(8, 128)},
+               peft_config={"r": 8, "lora_alpha": 16, "target_modules": ["down_proj"], "peft_type": "LORA"})
+try:
+    ray.get(srv.die.remote())
+    out["die"] = "re-sent to the restarted actor"
+except ray.exceptions.RayActorError as exc:
+    out["die"] = type(exc).__name__
+after = ray.get(srv.generate.remote(prompt_ids=[5, 6, 7, 8], sampling_params={"temperature": 1.0}, request_id="r2"),
+                timeout=120)
+out["after_restart"] = {"version": after.extra_fields["adapter_version"], "calls": ray.get(srv.calls.remote()),
+                        "state": ray.get(srv.state.remote()), "metrics": ray.get(srv.drain_metrics.remote())}
+print(json.dumps(out))
+ray.shutdown()
+"""
+
+
+def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path) -> None:
+    pytest.importorskip("ray")
+    pytest.importorskip("verl")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SGL_KERNEL_STUB)])}
+    env.pop("SGLANG_USE_CPU_ENGINE", None)
+    script = "from pathlib import Path\n" + _SCRIPT
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(tiny_qwen3), str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=420)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert out["plan"] == {"action": "load", "name": "verl_lora_v3"}
+    assert out["released"] == ["kv_cache"]  # adapter mode keeps the base weights resident
+    assert ("generate", "verl_lora_v3") not in [tuple(c) for c in out["calls_while_released"]]  # canary deferred
+    assert out["resumed_weights"] == [] and out["resumed_kv"] == ["kv_cache"]
+    assert out["canary"]["verdict"] == "pass" and out["canary"]["max_abs_diff"] == 0.0
+    calls = [tuple(c) for c in out["calls"]]
+    resume_at = calls.index(("resume", ["kv_cache"]))
+    # after the resume: flush, then the canary with and without the adapter, then verl's generate
+    assert calls[resume_at + 1:] == [("flush", None), ("generate", "verl_lora_v3"), ("generate", None),
+                                     ("generate", "verl_lora_v3")]
+    assert out["sample"]["token_ids"] == [7, 8, 9]
+    assert out["sample"]["extra"] == {"adapter_version": 3, "adapter_staleness": 0, "global_steps": 3}
+    m = out["metrics"]
+    assert m["sglang_lora/samples"] == 1 and m["sglang_lora/sync_version"] == 3 and m["sglang_lora/staleness_max"] == 0
+
+    after = out["after_restart"]
+    assert out["die"] in ("RayActorError", "ActorDiedError", "re-sent to the restarted actor")
+    assert after["version"] == 3  # served by the restarted actor with the snapshot's adapter
+    assert after["state"]["loaded_from_disk"] == [
+        {"lora_name": "verl_lora_v3", "lora_path": str(Path(after["state"]["snapshot_root"]) / "verl_lora_v3")}
+    ]
+    assert after["state"]["snapshot_root"].startswith(str(tmp_path))  # per job and actor under snapshot_dir
+    assert after["state"]["global_steps"] == 3 and after["state"]["active"] == "verl_lora_v3"
+    assert [tuple(c) for c in after["calls"]] == [("generate", "verl_lora_v3")]
+    assert after["metrics"]["sglang_lora/server_restarts"] == 1
