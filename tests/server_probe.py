@@ -51,26 +51,30 @@ class FakeTokenizerManager:
         return type("Result", (), {"success": True})()
 
 
+async def start_load_route(records: list[dict]) -> int:
+    """A stand-in for SGLang's HTTP ``/load_lora_adapter`` (records each body, answers success); returns its port."""
+    from aiohttp import web
+
+    async def load(request: Any) -> Any:
+        records.append(await request.json())
+        return web.json_response({"success": True})
+
+    app = web.Application()
+    app.router.add_post("/load_lora_adapter", load)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return site._server.sockets[0].getsockname()[1]
+
+
 def probe_class(base: type) -> type:
     class ProbeServer(base):
         async def launch_server(self, *args: Any, **kwargs: Any) -> None:
             """The plugin's launch path minus SGLang: pinning wrapper on a stand-in tokenizer manager."""
-            from aiohttp import web
-
             self.tokenizer_manager = FakeTokenizerManager()
             self.loaded_from_disk: list[dict] = []
-            app = web.Application()
-
-            async def load(request: Any) -> Any:
-                self.loaded_from_disk.append(await request.json())
-                return web.json_response({"success": True})
-
-            app.router.add_post("/load_lora_adapter", load)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self._server_address, self._server_port = "127.0.0.1", site._server.sockets[0].getsockname()[1]
+            self._server_address, self._server_port = "127.0.0.1", await start_load_route(self.loaded_from_disk)
             if self.lora.as_adapter:
                 self._pin_adapter_on_every_request()
 

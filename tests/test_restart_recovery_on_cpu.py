@@ -12,6 +12,7 @@ the Ray mechanics around it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,6 @@ def test_snapshot_is_a_peft_adapter_dir_sglang_and_peft_read(tiny_qwen3, tmp_pat
 _RAY_PROBE = r"""
 import asyncio, json, os, sys
 import ray, torch
-from aiohttp import web
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.recovery import RestartRecovery, ray_restart_options
 from verl_sglang_lora.settings import PluginSettings
@@ -94,16 +94,8 @@ class Server:
         self.launches = 0
 
     async def launch_server(self):
-        app = web.Application()
-        async def load(request):
-            self.loads.append(await request.json())
-            return web.json_response({"success": True})
-        app.router.add_post("/load_lora_adapter", load)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        from tests.server_probe import start_load_route
+        self.port = await start_load_route(self.loads)
         self.launches += 1
 
     def own_address(self):
@@ -143,8 +135,9 @@ def test_dead_server_actor_is_restarted_and_serves_the_newest_adapter(tmp_path) 
 
     pytest.importorskip("ray")
     root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}  # the actor imports tests.server_probe
     proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _RAY_PROBE, str(tmp_path / "died"), str(tmp_path)],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (tmp_path / "died").exists()  # the first instance did die in the call
