@@ -51,16 +51,44 @@ class FakeTokenizerManager:
         return type("Result", (), {"success": True})()
 
 
-async def start_load_route(records: list[dict]) -> int:
-    """A stand-in for SGLang's HTTP ``/load_lora_adapter`` (records each body, answers success); returns its port."""
+def decoded_tensor_load(body: dict) -> dict:
+    """What SGLang's HTTP route makes of a ``/load_lora_adapter_from_tensors`` body: pydantic validation of the
+    installed request class (an invalid body raises, as the route answers 400)."""
+    import pydantic
+    from sglang.srt.managers import io_struct
+
+    req = pydantic.TypeAdapter(io_struct.LoadLoRAAdapterFromTensorsReqInput).validate_python(body)
+    field = "serialized_named_tensors" if getattr(req, "serialized_named_tensors", None) else "serialized_tensors"
+    return {"lora_name": req.lora_name, "r": req.config_dict["r"], "field": field}
+
+
+async def start_load_route(records: list[dict], tensor_loads: list[dict] | None = None,
+                           die_on_first_tensor_load: bool = False) -> int:
+    """A stand-in for SGLang's HTTP side: ``/load_lora_adapter`` records each body; ``/load_lora_adapter_from_tensors``
+    validates it with SGLang's own request class (and can end the process on its first call, as a crash mid-load
+    would); both answer success. Returns the port."""
     from aiohttp import web
 
     async def load(request: Any) -> Any:
         records.append(await request.json())
         return web.json_response({"success": True})
 
+    async def load_tensors(request: Any) -> Any:
+        import ray
+
+        body = await request.json()
+        if die_on_first_tensor_load and not ray.get_runtime_context().was_current_actor_reconstructed:
+            os._exit(1)
+        try:
+            tensor_loads.append(decoded_tensor_load(body))
+        except Exception as exc:  # noqa: BLE001 - answered like SGLang's route: 400 with the reason
+            return web.json_response({"success": False, "message": str(exc)}, status=400)
+        return web.json_response({"success": True})
+
     app = web.Application()
     app.router.add_post("/load_lora_adapter", load)
+    if tensor_loads is not None:
+        app.router.add_post("/load_lora_adapter_from_tensors", load_tensors)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -74,7 +102,10 @@ def probe_class(base: type) -> type:
             """The plugin's launch path minus SGLang: pinning wrapper on a stand-in tokenizer manager."""
             self.tokenizer_manager = FakeTokenizerManager()
             self.loaded_from_disk: list[dict] = []
-            self._server_address, self._server_port = "127.0.0.1", await start_load_route(self.loaded_from_disk)
+            self.loaded_from_tensors: list[dict] = []
+            die = os.environ.get("PROBE_DIE_ON_FIRST_TENSOR_LOAD") == "1"
+            self._server_address = "127.0.0.1"
+            self._server_port = await start_load_route(self.loaded_from_disk, self.loaded_from_tensors, die)
             if self.lora.as_adapter:
                 self._pin_adapter_on_every_request()
 
@@ -83,6 +114,8 @@ def probe_class(base: type) -> type:
 
         def state(self) -> dict:
             return {"loaded_from_disk": getattr(self, "loaded_from_disk", None), "global_steps": self.global_steps,
+                    "loaded_from_tensors": getattr(self, "loaded_from_tensors", None),
+                    "restarts": self.sync_metrics.restarts, "last_canary": self.last_canary,
                     "active": self.adapters.active.name if self.adapters.active else None,
                     "snapshot_root": str(self.snapshot_root)}
 

@@ -1,0 +1,121 @@
+"""The plugin's weight-sync client (``SGLangLoRAServerAdapter``, built by verl's own ``ServerAdapter.__init__``)
+against the real ``SGLangLoRARollout`` in a Ray actor (tests/server_probe.py: SGLang's engine and HTTP side are
+stand-ins; the tensor-load body is validated with SGLang's own request class).
+
+- a peft adapter (names as verl's FSDP engine hands them over, on CPU) goes through collect -> push plan -> one
+  load under ``verl_lora_v<step>`` -> activation -> canary -> snapshot;
+- with ``server_max_restarts=1`` the server dies in the middle of that load; the client's retries hit the dead
+  port, then it asks the (restarted, recovered) actor again, follows it to its new port and loads there;
+- an adapter with non-zero ``lora_B`` that the server does not apply (the stand-in ignores adapters) fails the
+  canary loudly: the step stops instead of training on the base policy's samples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SGL_KERNEL_STUB = ROOT / "scripts" / "cpu_env" / "sgl_kernel_stub"
+
+_SCRIPT = r"""
+import asyncio, json, os, socket, sys
+from pathlib import Path
+from tests.compat_probe import stub_inert_modules
+stub_inert_modules()
+import peft, ray, torch, transformers
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from verl.workers.rollout.replica import RolloutMode
+from verl_sglang_lora.doctor import compose_config
+from verl_sglang_lora.recovery import ray_restart_options
+from verl_sglang_lora.server import SGLangLoRARollout
+from verl_sglang_lora.sync.snapshot import read_snapshot
+from verl_sglang_lora.weight_sync import SGLangLoRAServerAdapter
+from tests.server_probe import probe_class
+
+model_path, snap_dir = sys.argv[1], sys.argv[2]
+cfg = compose_config("ppo_trainer", [
+    f"actor_rollout_ref.model.path={model_path}", "actor_rollout_ref.model.lora_rank=8",
+    "actor_rollout_ref.model.lora_alpha=16", "actor_rollout_ref.model.target_modules=all-linear",
+    "data.max_prompt_length=64", "data.max_response_length=16",
+    "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.server_max_restarts=1",
+    f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.snapshot_dir={snap_dir}",
+])
+ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+         runtime_env={"worker_process_setup_hook": "tests.server_probe.worker_setup"})
+Server = ray.remote(**ray_restart_options(1))(probe_class(SGLangLoRARollout))
+srv = Server.options(name="sglang_server_0_0", max_concurrency=16).remote(
+    config=cfg.actor_rollout_ref.rollout, model_config=cfg.actor_rollout_ref.model, rollout_mode=RolloutMode.HYBRID,
+    workers=[], replica_rank=0, node_rank=0, nnodes=1, cuda_visible_devices="", base_gpu_id=0)
+ray.get(srv.launch_server.remote())
+
+# the hybrid worker's side: rank 0 of a one-process group, verl's own ServerAdapter constructor. verl's HTTP engine
+# adapter (used by verl's base-weight path, not by adapter syncs) builds SGLang ServerArgs, which demand an
+# accelerator: a placeholder records its address instead.
+import verl.workers.rollout.sglang_rollout.sglang_rollout as verl_sglang_rollout
+class EngineAddress:
+    def __init__(self, **kwargs):
+        self.address = (kwargs["host"], kwargs["port"])
+verl_sglang_rollout.AsyncHttpServerAdapter = EngineAddress
+os.environ.update(RANK="0", RAY_LOCAL_WORLD_SIZE="1")
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+dist.init_process_group("gloo", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{port}")
+mesh = init_device_mesh("cpu", (1, 1, 1), mesh_dim_names=("dp", "infer_tp", "infer_pp"))
+client = SGLangLoRAServerAdapter(config=cfg.actor_rollout_ref.rollout, model_config=cfg.actor_rollout_ref.model,
+                                 device_mesh=mesh)
+
+model = transformers.AutoModelForCausalLM.from_pretrained(model_path)
+lora = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+peft_config = lora.peft_config["default"].to_dict()
+def adapter():  # verl's FSDP engine hands the adapter over on CPU, PEFT names
+    return iter(list(peft.get_peft_model_state_dict(lora).items()))
+
+out = {}
+out["sync1"] = asyncio.run(client.update_weights(adapter(), global_steps=1, peft_config=peft_config,
+                                                 base_sync_done=True))
+out["state1"] = ray.get(srv.state.remote())
+snap = read_snapshot(Path(out["state1"]["snapshot_root"]))
+out["snapshot"] = None if snap is None else {"name": snap.name, "version": snap.version}
+
+with torch.no_grad():  # a trained adapter: non-zero lora_B, which the stand-in server does not apply
+    for name, p in lora.named_parameters():
+        if "lora_B" in name:
+            p.copy_(torch.randn_like(p))
+try:
+    asyncio.run(client.update_weights(adapter(), global_steps=2, peft_config=peft_config, base_sync_done=True))
+    out["sync2"] = "no error"
+except Exception as exc:
+    out["sync2"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out, default=str))
+ray.shutdown()
+"""
+
+
+def test_client_syncs_follows_a_restarted_server_and_the_canary_catches_an_ignored_adapter(tiny_qwen3, tmp_path):
+    pytest.importorskip("ray")
+    pytest.importorskip("verl")
+    pytest.importorskip("peft")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SGL_KERNEL_STUB)]),
+           "PROBE_DIE_ON_FIRST_TENSOR_LOAD": "1"}
+    env.pop("SGLANG_USE_CPU_ENGINE", None)
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _SCRIPT, str(tiny_qwen3), str(tmp_path)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=420)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    sync1, state1 = out["sync1"], out["state1"]
+    assert sync1["version"] == 1 and sync1["name"] == "verl_lora_v1"
+    assert sync1["tensors"] == 2 * 7 * 2  # A and B of 7 projections in each of the 2 layers
+    assert state1["restarts"] == 1  # the server died mid-load and was recovered before the second round
+    assert [d["lora_name"] for d in state1["loaded_from_tensors"]] == ["verl_lora_v1"]  # decoded by SGLang's class
+    assert state1["active"] == "verl_lora_v1" and state1["global_steps"] == 1
+    assert state1["last_canary"]["verdict"] == "pass"  # LoRA's initial all-zero B changes nothing
+    assert out["snapshot"] == {"name": "verl_lora_v1", "version": 1}
+    assert "CanaryError" in out["sync2"] and "did not change the served log-probs" in out["sync2"]
