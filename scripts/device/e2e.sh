@@ -7,6 +7,6 @@ START=$(date +%s)
 STEPS=${STEPS:-4} timeout ${E2E_TIMEOUT:-420} bash examples/run_qwen3_lora_fsdp.sh "${SGLANG_GPU_ARGS[@]}" "$@" > "$LOGDIR/$NAME.log" 2>&1
 RC=$?
 echo "== $NAME rc=$RC wall=$(( $(date +%s) - START ))s"
-grep -E "step:[0-9]+ " "$LOGDIR/$NAME.log" | sed -e 's/.*\(step:[0-9]*\)/\1/' | cut -c1-400 | tail -8
+python3 scripts/device/step_table.py "$LOGDIR/$NAME.log"  # printed only: $OUT returns at most 8 files
 grep -E "sglang_lora|Error|error:|Traceback" "$LOGDIR/$NAME.log" | grep -v "UserWarning\|warnings.warn" | tail -15
 exit $RC

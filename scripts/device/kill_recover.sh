@@ -23,6 +23,6 @@ while kill -0 "$RUN" 2>/dev/null; do
 done
 wait "$RUN"; RC=$?
 echo "== kill_recover rc=$RC"
-grep -E "step:[0-9]+ " "$LOG" | sed -e 's/.*\(step:[0-9]*\)/\1/' | cut -c1-300 | tail -6
+python3 scripts/device/step_table.py "$LOG"
 grep -E "sglang_lora: (server|SGLang moved|no adapter)|ServerRestartError|ActorDiedError" "$LOG" | tail -10
 exit $RC

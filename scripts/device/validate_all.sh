@@ -35,7 +35,7 @@ benchmarks() {
         --json "$LOGDIR/bench.json" > "$LOGDIR/bench.log" 2>&1; tail -30 "$LOGDIR/bench.log"
 }
 
-run_step 1 420 env STEPS=${E2E_STEPS:-4} bash scripts/device/e2e.sh e2e_plugin_fsdp2_adapter
+run_step 1 520 env STEPS=${E2E_STEPS:-4} bash scripts/device/e2e.sh e2e_plugin_fsdp2_adapter
 run_step 2 200 env STEPS=2 bash scripts/device/e2e.sh e2e_stock_sglang actor_rollout_ref.rollout.name=sglang
 run_step 3 240 env STEPS=2 bash scripts/device/e2e.sh e2e_plugin_merge actor_rollout_ref.model.lora.merge=True
 run_step 4 240 env STEPS=2 bash scripts/device/e2e.sh e2e_plugin_nolora actor_rollout_ref.model.lora_rank=0
