@@ -83,6 +83,11 @@ def test_config_guards_name_setting_and_fix():
     with pytest.raises(UnsupportedConfigError, match="raw video"):
         refuse_raw_video([object()])
     refuse_raw_video([{"format": "processor_output"}])
+    # restart recovery restores adapters only
+    recovering = {"engine_kwargs": {"sglang_lora": {"server_max_restarts": 1}}}
+    check_config(recovering, adapter_model)
+    with pytest.raises(UnsupportedConfigError, match=r"server_max_restarts=1 without LoRA adapter mode.*Fix"):
+        check_config(recovering, {"lora_rank": 32, "lora": {"merge": True}})
 
 
 def test_overlay_applied_detects_a_skipped_overlay():

@@ -45,6 +45,13 @@ def config_problems(rollout_config: Any, model_config: Any) -> list[str]:
             "actor_rollout_ref.rollout.quantization is set: SGLang LoRA adapters are not served on quantized base "
             "weights by this plugin. Fix: drop quantization or use lora.merge=True."
         )
+    restarts = cfg_path(rollout_config, "engine_kwargs.sglang_lora.server_max_restarts", 0) or 0
+    if int(restarts) > 0 and not plan.as_adapter:
+        problems.append(
+            f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.server_max_restarts={restarts} without LoRA adapter "
+            "mode: a restarted server holds the checkpoint's weights, not the trained ones (only adapters are "
+            "snapshotted). Fix: server_max_restarts=0, or serve LoRA as an adapter (rank > 0, lora.merge=False)."
+        )
     if plan.enabled and plan.rank > 0 and str(cfg_get(rollout_config, "mode", "async")) != "async":
         problems.append("actor_rollout_ref.rollout.mode must be 'async' (verl's SGLang server mode). Fix: mode=async.")
     return problems
