@@ -8,10 +8,18 @@ route for restart recovery. Everything between verl's generate and SGLang's toke
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from tests.compat_probe import stub_inert_modules
+
+ROOT = Path(__file__).resolve().parents[1]
+# SGLang 0.5.12's server import chain reaches sgl_kernel (a CUDA-only binary): the repo's CPU stub stands in
+SGL_KERNEL_STUB = ROOT / "scripts" / "cpu_env" / "sgl_kernel_stub"
 
 
 def worker_setup() -> None:
@@ -129,3 +137,42 @@ def probe_class(base: type) -> type:
             os._exit(1)
 
     return ProbeServer
+
+
+def start_probe_server(model_path: str, snapshot_dir: str) -> tuple[Any, Any]:
+    """In a probe script: compose verl's ppo_trainer config for an r8 adapter with restart recovery, start Ray and
+    the probe server actor (named as verl names it, Ray restarts allowed once), launched. Returns (cfg, actor)."""
+    import ray
+    from verl.workers.rollout.replica import RolloutMode
+
+    from verl_sglang_lora.doctor import compose_config
+    from verl_sglang_lora.recovery import ray_restart_options
+    from verl_sglang_lora.server import SGLangLoRARollout
+
+    cfg = compose_config("ppo_trainer", [
+        f"actor_rollout_ref.model.path={model_path}", "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16", "actor_rollout_ref.model.target_modules=all-linear",
+        "data.max_prompt_length=64", "data.max_response_length=16",
+        "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.server_max_restarts=1",
+        f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.snapshot_dir={snapshot_dir}",
+    ])
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             runtime_env={"worker_process_setup_hook": "tests.server_probe.worker_setup"})
+    server = ray.remote(**ray_restart_options(1))(probe_class(SGLangLoRARollout))
+    actor = server.options(name="sglang_server_0_0", max_concurrency=16).remote(
+        config=cfg.actor_rollout_ref.rollout, model_config=cfg.actor_rollout_ref.model,
+        rollout_mode=RolloutMode.HYBRID, workers=[], replica_rank=0, node_rank=0, nnodes=1, cuda_visible_devices="",
+        base_gpu_id=0)
+    ray.get(actor.launch_server.remote())
+    return cfg, actor
+
+
+def run_probe_script(script: str, *args: str, extra_env: dict[str, str] | None = None) -> dict:
+    """Run a probe script in a fresh interpreter (SGLang caches import-time facts) with the repo and the sgl_kernel
+    stub on the path; returns the JSON object it prints last."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SGL_KERNEL_STUB)]), **(extra_env or {})}
+    env.pop("SGLANG_USE_CPU_ENGINE", None)
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script, *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=420)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -11,8 +11,6 @@ the Ray mechanics around it.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
@@ -130,16 +128,10 @@ ray.shutdown()
 
 
 def test_dead_server_actor_is_restarted_and_serves_the_newest_adapter(tmp_path) -> None:
-    import subprocess
-    import sys
+    from tests.server_probe import run_probe_script
 
     pytest.importorskip("ray")
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root)}  # the actor imports tests.server_probe
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _RAY_PROBE, str(tmp_path / "died"), str(tmp_path)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_probe_script(_RAY_PROBE, str(tmp_path / "died"), str(tmp_path))  # the actor imports tests.server_probe
     assert (tmp_path / "died").exists()  # the first instance did die in the call
     # the re-sent call was served by the restarted actor, after one relaunch and a load of the snapshot
     assert out["served_by"] == "verl_lora_v7" and out["global_steps"] == 7 and out["restarted"]

@@ -13,45 +13,23 @@ engine on a CPU host; tests/server_probe.py). What it shows, before any GPU run:
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-# SGLang 0.5.12's server import chain reaches sgl_kernel (a CUDA-only binary): the repo's CPU stub stands in
-SGL_KERNEL_STUB = ROOT / "scripts" / "cpu_env" / "sgl_kernel_stub"
+from tests.server_probe import run_probe_script
 
 _SCRIPT = r"""
 import json, sys
+from pathlib import Path
 from tests.compat_probe import stub_inert_modules
 stub_inert_modules()
 import ray, torch
-from verl.workers.rollout.replica import RolloutMode
-from verl_sglang_lora.doctor import compose_config
-from verl_sglang_lora.recovery import ray_restart_options
-from verl_sglang_lora.server import SGLangLoRARollout
 from verl_sglang_lora.sync.snapshot import write_snapshot
-from tests.server_probe import probe_class
+from tests.server_probe import start_probe_server
 
-cfg = compose_config("ppo_trainer", [
-    f"actor_rollout_ref.model.path={sys.argv[1]}", "actor_rollout_ref.model.lora_rank=8",
-    "actor_rollout_ref.model.lora_alpha=16", "actor_rollout_ref.model.target_modules=all-linear",
-    "data.max_prompt_length=64", "data.max_response_length=16",
-    "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.server_max_restarts=1",
-    f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.snapshot_dir={sys.argv[2]}",
-])
-ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-         runtime_env={"worker_process_setup_hook": "tests.server_probe.worker_setup"})
-Server = ray.remote(**ray_restart_options(1))(probe_class(SGLangLoRARollout))
-srv = Server.options(name="sglang_server_0_0", max_concurrency=16).remote(
-    config=cfg.actor_rollout_ref.rollout, model_config=cfg.actor_rollout_ref.model, rollout_mode=RolloutMode.HYBRID,
-    workers=[], replica_rank=0, node_rank=0, nnodes=1, cuda_visible_devices="", base_gpu_id=0)
+cfg, srv = start_probe_server(sys.argv[1], sys.argv[2])
 out = {}
-ray.get(srv.launch_server.remote())
 out["plan"] = ray.get(srv.adapter_push_plan.remote(3, "fp3"))
 out["released"] = ray.get(srv.release_memory.remote(None))
 ray.get(srv.activate_adapter.remote("verl_lora_v3", 3, "fp3", {"version": 3, "bytes": 2048, "total_ms": 5.0},
@@ -88,13 +66,7 @@ ray.shutdown()
 def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path) -> None:
     pytest.importorskip("ray")
     pytest.importorskip("verl")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SGL_KERNEL_STUB)])}
-    env.pop("SGLANG_USE_CPU_ENGINE", None)
-    script = "from pathlib import Path\n" + _SCRIPT
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(tiny_qwen3), str(tmp_path)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=420)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_probe_script(_SCRIPT, str(tiny_qwen3), str(tmp_path))
 
     assert out["plan"] == {"action": "load", "name": "verl_lora_v3"}
     assert out["released"] == ["kv_cache"]  # adapter mode keeps the base weights resident

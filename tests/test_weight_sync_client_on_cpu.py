@@ -12,16 +12,9 @@ stand-ins; the tensor-load body is validated with SGLang's own request class).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SGL_KERNEL_STUB = ROOT / "scripts" / "cpu_env" / "sgl_kernel_stub"
+from tests.server_probe import run_probe_script
 
 _SCRIPT = r"""
 import asyncio, json, os, socket, sys
@@ -31,29 +24,12 @@ stub_inert_modules()
 import peft, ray, torch, transformers
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from verl.workers.rollout.replica import RolloutMode
-from verl_sglang_lora.doctor import compose_config
-from verl_sglang_lora.recovery import ray_restart_options
-from verl_sglang_lora.server import SGLangLoRARollout
 from verl_sglang_lora.sync.snapshot import read_snapshot
 from verl_sglang_lora.weight_sync import SGLangLoRAServerAdapter
-from tests.server_probe import probe_class
+from tests.server_probe import start_probe_server
 
-model_path, snap_dir = sys.argv[1], sys.argv[2]
-cfg = compose_config("ppo_trainer", [
-    f"actor_rollout_ref.model.path={model_path}", "actor_rollout_ref.model.lora_rank=8",
-    "actor_rollout_ref.model.lora_alpha=16", "actor_rollout_ref.model.target_modules=all-linear",
-    "data.max_prompt_length=64", "data.max_response_length=16",
-    "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.server_max_restarts=1",
-    f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.snapshot_dir={snap_dir}",
-])
-ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-         runtime_env={"worker_process_setup_hook": "tests.server_probe.worker_setup"})
-Server = ray.remote(**ray_restart_options(1))(probe_class(SGLangLoRARollout))
-srv = Server.options(name="sglang_server_0_0", max_concurrency=16).remote(
-    config=cfg.actor_rollout_ref.rollout, model_config=cfg.actor_rollout_ref.model, rollout_mode=RolloutMode.HYBRID,
-    workers=[], replica_rank=0, node_rank=0, nnodes=1, cuda_visible_devices="", base_gpu_id=0)
-ray.get(srv.launch_server.remote())
+model_path = sys.argv[1]
+cfg, srv = start_probe_server(model_path, sys.argv[2])
 
 # the hybrid worker's side: rank 0 of a one-process group, verl's own ServerAdapter constructor. verl's HTTP engine
 # adapter (used by verl's base-weight path, not by adapter syncs) builds SGLang ServerArgs, which demand an
@@ -102,13 +78,7 @@ def test_client_syncs_follows_a_restarted_server_and_the_canary_catches_an_ignor
     pytest.importorskip("ray")
     pytest.importorskip("verl")
     pytest.importorskip("peft")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SGL_KERNEL_STUB)]),
-           "PROBE_DIE_ON_FIRST_TENSOR_LOAD": "1"}
-    env.pop("SGLANG_USE_CPU_ENGINE", None)
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _SCRIPT, str(tiny_qwen3), str(tmp_path)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=420)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_probe_script(_SCRIPT, str(tiny_qwen3), str(tmp_path), extra_env={"PROBE_DIE_ON_FIRST_TENSOR_LOAD": "1"})
 
     sync1, state1 = out["sync1"], out["state1"]
     assert sync1["version"] == 1 and sync1["name"] == "verl_lora_v1"
