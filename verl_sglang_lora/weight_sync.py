@@ -48,6 +48,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         self.settings = PluginSettings.from_rollout_config(self.config)
         self._names: ModelWeightNames | None = None
         self._http: SGLangHTTPClient | None = None
+        self._snapshot_root: Path | None = None
         self._internal_version = -1
 
     # verl 0.9.1 writes ``rollout.sleep_level = 1`` after its first sync; the plugin's value is fixed by config.
@@ -162,8 +163,9 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         if self.settings.server_max_restarts == 0:
             return 0.0
         t0 = time.perf_counter()
-        root = Path(await self.server_actor.snapshot_dir.remote())
-        write_snapshot(root, name=name, version=version, fingerprint=adapter.fingerprint, global_steps=global_steps,
+        if self._snapshot_root is None:  # fixed per server actor (job, node, name), also across its restarts
+            self._snapshot_root = Path(await self.server_actor.snapshot_dir.remote())
+        write_snapshot(self._snapshot_root, name=name, version=version, fingerprint=adapter.fingerprint, global_steps=global_steps,
                        tensors=adapter.tensors, peft_config=config)
         return round((time.perf_counter() - t0) * 1e3, 2)
 
