@@ -8,8 +8,8 @@ reconstructed and, before serving its first call, relaunches SGLang and loads th
 (``sync.snapshot``) under its versioned name, so rollouts go on with the adapter the trainer last pushed.
 
 Only adapter mode can be recovered this way: the base weights of a restarted server are the checkpoint's, which
-is what an adapter-mode server serves; in merge / no-LoRA mode they would be stale, so a restart there fails
-loudly instead.
+is what an adapter-mode server serves; in merge / no-LoRA mode they would be stale, so ``config_guards`` refuses
+the setting there at startup.
 """
 
 from __future__ import annotations
@@ -60,12 +60,7 @@ def ray_restart_options(max_restarts: int) -> dict[str, int]:
 
 async def recover_server(server: Any) -> dict[str, Any]:
     """Relaunch SGLang in a restarted server actor and serve the newest snapshot again."""
-    if not server.lora.as_adapter:
-        raise ServerRestartError(
-            "sglang_lora: the SGLang server actor was restarted in merge / no-LoRA mode; its weights are the "
-            "checkpoint's, not the trained ones, so it must not serve. Recovery works in adapter mode "
-            "(lora.merge=False); set engine_kwargs.sglang_lora.server_max_restarts=0 here."
-        )
+    # merge / no-LoRA servers never get here: config_guards refuses server_max_restarts there in __init__
     if server.nnodes > 1:
         raise ServerRestartError("sglang_lora: a multi-node SGLang server cannot be recovered by restarting one actor")
     t0 = time.perf_counter()
