@@ -104,10 +104,15 @@ async def start_load_route(records: list[dict], tensor_loads: list[dict] | None 
     return site._server.sockets[0].getsockname()[1]
 
 
+class _ServerArgsSeen(Exception):
+    """Raised by the stand-in ServerArgs with the keyword arguments verl's launch_server built."""
+
+
 def probe_class(base: type) -> type:
     class ProbeServer(base):
-        async def launch_server(self, *args: Any, **kwargs: Any) -> None:
+        async def _launch(self, from_checkpoint: bool, *args: Any, **kwargs: Any) -> None:
             """The plugin's launch path minus SGLang: pinning wrapper on a stand-in tokenizer manager."""
+            self.launches = [*getattr(self, "launches", []), "relaunch" if from_checkpoint else "launch"]
             self.tokenizer_manager = FakeTokenizerManager()
             self.loaded_from_disk: list[dict] = []
             self.loaded_from_tensors: list[dict] = []
@@ -117,6 +122,31 @@ def probe_class(base: type) -> type:
             if self.lora.as_adapter:
                 self._pin_adapter_on_every_request()
 
+        async def server_args(self, from_checkpoint: bool) -> dict:
+            """The ServerArgs keywords of verl's real ``launch_server`` through the plugin's real launch path
+            (SGLang's own ServerArgs fields; the constructor stops before anything starts)."""
+            import sys
+
+            from sglang.srt.server_args import ServerArgs
+
+            module = sys.modules[base.__mro__[1].__module__]  # verl's async_sglang_server
+
+            class Seen:
+                __dataclass_fields__ = ServerArgs.__dataclass_fields__
+
+                def __init__(self, **kwargs: Any) -> None:
+                    raise _ServerArgsSeen(kwargs)
+
+            original, module.ServerArgs = module.ServerArgs, Seen
+            try:
+                await base._launch(self, from_checkpoint)
+            except _ServerArgsSeen as seen:
+                return {k: v for k, v in seen.args[0].items() if k in ("load_format", "model_path", "enable_lora",
+                                                                         "max_lora_rank", "lora_target_modules")}
+            finally:
+                module.ServerArgs = original
+            raise AssertionError("verl's launch_server did not build ServerArgs")
+
         def calls(self) -> list:
             return list(self.tokenizer_manager.calls)
 
@@ -124,6 +154,7 @@ def probe_class(base: type) -> type:
             return {"loaded_from_disk": getattr(self, "loaded_from_disk", None), "global_steps": self.global_steps,
                     "loaded_from_tensors": getattr(self, "loaded_from_tensors", None),
                     "restarts": self.sync_metrics.restarts, "last_canary": self.last_canary,
+                    "launches": getattr(self, "launches", []),
                     "active": self.adapters.active.name if self.adapters.active else None,
                     "snapshot_root": str(self.snapshot_root)}
 

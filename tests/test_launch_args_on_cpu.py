@@ -118,3 +118,13 @@ def test_launch_flags_parse_with_sglangs_own_cli():
     args = lora_launch_args(lora_plan({"lora_rank": 32, "target_modules": ["q_proj", "v_proj"], "lora": {}}))
     ns = parser.parse_args(["--model-path", "m", *lora_cli_args(args)])
     assert (ns.enable_lora, ns.max_lora_rank, ns.lora_target_modules, ns.max_loras_per_batch) == (True, 32, ["q_proj", "v_proj"], 2)
+
+
+def test_relaunch_reads_the_checkpoint_only_where_verl_asked_for_dummy_weights():
+    from verl_sglang_lora.sglang_server_args import checkpoint_weights
+
+    assert checkpoint_weights({"model_path": "m", "load_format": "dummy"}) == {"model_path": "m", "load_format": "auto"}
+    # a format the user chose is the checkpoint's already
+    assert checkpoint_weights({"model_path": "m", "load_format": "safetensors"})["load_format"] == "safetensors"
+    cls = _server_args_cls()
+    assert "load_format" in cls.__dataclass_fields__  # the key exists in the installed SGLang's ServerArgs

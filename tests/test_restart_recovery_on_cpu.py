@@ -91,7 +91,7 @@ class Server:
         self.loads = []
         self.launches = 0
 
-    async def launch_server(self):
+    async def relaunch_server(self):
         from tests.server_probe import start_load_route
         self.port = await start_load_route(self.loads)
         self.launches += 1

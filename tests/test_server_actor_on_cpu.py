@@ -29,7 +29,8 @@ from verl_sglang_lora.sync.snapshot import write_snapshot
 from tests.server_probe import start_probe_server
 
 cfg, srv = start_probe_server(sys.argv[1], sys.argv[2])
-out = {}
+out = {"server_args": {"launch": ray.get(srv.server_args.remote(False)),
+                       "relaunch": ray.get(srv.server_args.remote(True))}}
 out["plan"] = ray.get(srv.adapter_push_plan.remote(3, "fp3"))
 out["released"] = ray.get(srv.release_memory.remote(None))
 ray.get(srv.activate_adapter.remote("verl_lora_v3", 3, "fp3", {"version": 3, "bytes": 2048, "total_ms": 5.0},
@@ -68,6 +69,14 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     pytest.importorskip("verl")
     out = run_probe_script(_SCRIPT, str(tiny_qwen3), str(tmp_path))
 
+    # verl's own launch_server, through the plugin: its LoRA keys; verl's default load_format=dummy on the first
+    # launch (the trainer syncs the base), the checkpoint's weights on a relaunch (no base sync comes again)
+    launch, relaunch = out["server_args"]["launch"], out["server_args"]["relaunch"]
+    assert launch["load_format"] == "dummy" and relaunch["load_format"] == "auto"
+    assert launch["model_path"] == relaunch["model_path"] == str(tiny_qwen3)
+    assert launch["enable_lora"] is True and launch["max_lora_rank"] == 8 and launch["lora_target_modules"] == ["all"]
+    assert {k: v for k, v in relaunch.items() if k != "load_format"} == {k: v for k, v in launch.items() if k != "load_format"}
+
     assert out["plan"] == {"action": "load", "name": "verl_lora_v3"}
     assert out["released"] == ["kv_cache"]  # adapter mode keeps the base weights resident
     assert ("generate", "verl_lora_v3") not in [tuple(c) for c in out["calls_while_released"]]  # canary deferred
@@ -91,5 +100,6 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     ]
     assert after["state"]["snapshot_root"].startswith(str(tmp_path))  # per job and actor under snapshot_dir
     assert after["state"]["global_steps"] == 3 and after["state"]["active"] == "verl_lora_v3"
+    assert after["state"]["launches"] == ["relaunch"]  # the restarted actor launched once, on checkpoint weights
     assert [tuple(c) for c in after["calls"]] == [("generate", "verl_lora_v3")]
     assert after["metrics"]["sglang_lora/server_restarts"] == 1

@@ -47,7 +47,9 @@ PROJ = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_pro
 def write_config(shape: str, out: Path) -> Path:
     import transformers
 
-    cfg = transformers.Qwen3Config(max_position_embeddings=4096, torch_dtype="bfloat16", **SHAPES[shape])
+    # SGLang picks the model class from `architectures`; a bare Qwen3Config leaves it None and the launch fails.
+    cfg = transformers.Qwen3Config(max_position_embeddings=4096, torch_dtype="bfloat16",
+                                   architectures=["Qwen3ForCausalLM"], **SHAPES[shape])
     out.mkdir(parents=True, exist_ok=True)
     cfg.save_pretrained(out)
     return out

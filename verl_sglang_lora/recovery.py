@@ -7,8 +7,9 @@ When SGLang's scheduler dies it takes the Ray actor that hosts it down (seen on 
 reconstructed and, before serving its first call, relaunches SGLang and loads the newest adapter snapshot
 (``sync.snapshot``) under its versioned name, so rollouts go on with the adapter the trainer last pushed.
 
-Only adapter mode can be recovered this way: the base weights of a restarted server are the checkpoint's, which
-is what an adapter-mode server serves; in merge / no-LoRA mode they would be stale, so ``config_guards`` refuses
+Only adapter mode can be recovered this way: the base weights of a restarted server are the checkpoint's
+(relaunched with ``load_format=auto`` where verl asked for ``dummy``: the trainer's one-time base sync does not
+come again), which is what an adapter-mode server serves; in merge / no-LoRA mode they would be stale, so ``config_guards`` refuses
 the setting there at startup.
 """
 
@@ -65,7 +66,7 @@ async def recover_server(server: Any) -> dict[str, Any]:
         raise ServerRestartError("sglang_lora: a multi-node SGLang server cannot be recovered by restarting one actor")
     t0 = time.perf_counter()
     logger.warning("sglang_lora: server actor restarted by Ray; relaunching SGLang")
-    await server.launch_server()
+    await server.relaunch_server()  # on the checkpoint's weights, not verl's load_format=dummy
     snap = read_snapshot(server.snapshot_root)
     report: dict[str, Any] = {"adapter": None, "version": -1}
     if snap is None:

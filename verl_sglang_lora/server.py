@@ -82,9 +82,16 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
 
     # ---- launch -------------------------------------------------------------------------------------
     async def launch_server(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._launch(False, *args, **kwargs)
+
+    async def relaunch_server(self) -> Any:
+        """Launch SGLang again in a Ray-restarted actor, on the checkpoint's weights (``checkpoint_weights``)."""
+        return await self._launch(True)
+
+    async def _launch(self, from_checkpoint: bool, *args: Any, **kwargs: Any) -> Any:
         module = sys.modules[_verl_server.SGLangHttpServer.__module__]
         original = module.ServerArgs
-        module.ServerArgs = wrap_server_args(original, self.lora_args)
+        module.ServerArgs = wrap_server_args(original, self.lora_args, from_checkpoint)
         try:
             result = await super().launch_server(*args, **kwargs)
         finally:

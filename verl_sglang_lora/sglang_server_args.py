@@ -13,6 +13,8 @@ from typing import Any, Callable
 logger = logging.getLogger(__name__)
 
 LORA_KEYS = ("enable_lora", "max_lora_rank", "lora_target_modules", "max_loras_per_batch")
+# verl's default rollout.load_format: SGLang starts on random weights that the trainer's first sync overwrites
+DUMMY_LOAD_FORMAT = "dummy"
 
 
 def apply_lora_args(args: dict[str, Any], lora_args: dict[str, Any], declared: set[str]) -> dict[str, Any]:
@@ -25,12 +27,28 @@ def apply_lora_args(args: dict[str, Any], lora_args: dict[str, Any], declared: s
     return out
 
 
-def wrap_server_args(original: type, lora_args: dict[str, Any]) -> Callable[..., Any]:
-    """A drop-in for ``ServerArgs`` (``dataclasses.fields()`` still works on it) that applies ``lora_args``."""
+def checkpoint_weights(args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` with verl's ``load_format=dummy`` replaced by ``auto``: SGLang reads the checkpoint's weights.
+
+    Why, for a relaunch after a crash: a restarted server never gets the trainer's one-time base-weight sync
+    again (adapter mode sends the base once), so under ``dummy`` it would serve random base weights; and
+    SGLang refuses disk adapter loads under ``dummy`` ("DUMMY load_format should use DummyModelLoader and not
+    call _prepare_weights", seen on the H200), which is how the snapshot is loaded back.
+    """
+    if args.get("load_format") != DUMMY_LOAD_FORMAT:
+        return args
+    return {**args, "load_format": "auto"}
+
+
+def wrap_server_args(
+    original: type, lora_args: dict[str, Any], from_checkpoint: bool = False
+) -> Callable[..., Any]:
+    """A drop-in for ``ServerArgs`` (``dataclasses.fields()`` still works on it) that applies ``lora_args``
+    (and, with ``from_checkpoint``, :func:`checkpoint_weights`)."""
     declared = set(original.__dataclass_fields__)
 
     def make(**args: Any) -> Any:
-        final = apply_lora_args(args, lora_args, declared)
+        final = apply_lora_args(checkpoint_weights(args) if from_checkpoint else args, lora_args, declared)
         logger.warning(
             "sglang_lora: launching SGLang with %s",
             {k: final.get(k) for k in LORA_KEYS if k in final} or "LoRA disabled (merge mode or no LoRA)",
