@@ -2,7 +2,9 @@
 
     python -m verl_sglang_lora.benchmarks --shape qwen3-0.6b --iters 20 [--shape qwen3-8b] [--json out.json]
 
-Against a real SGLang server (``--load-format dummy``: real model shapes, random weights, no download):
+Against a real SGLang server on a checkpoint written here (real model shapes, all-zero weights, no download; not
+``--load-format dummy``: SGLang refuses disk adapter loads under it, as seen on the H200). Each path that fails is
+reported in the table with its error instead of ending the run:
 - adapter sync latency p50/p95 for an r32 all-linear adapter handed over on CPU, as verl's FSDP engine does:
   the plugin's path (names resolved, bounded buckets to the device, one request for the installed SGLang,
   unload of the previous version) vs save-to-disk + ``/load_lora_adapter`` vs verl's own ServerAdapter code
@@ -44,14 +46,36 @@ SHAPES: dict[str, dict[str, Any]] = {
 PROJ = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
 
 
-def write_config(shape: str, out: Path) -> Path:
+def write_checkpoint(shape: str, out: Path, shard_bytes: int = 2 << 30) -> Path:
+    """config.json + all-zero bf16 safetensors shards with the architecture's own parameter names."""
     import transformers
+    from safetensors.torch import save_file
 
     # SGLang picks the model class from `architectures`; a bare Qwen3Config leaves it None and the launch fails.
     cfg = transformers.Qwen3Config(max_position_embeddings=4096, torch_dtype="bfloat16",
                                    architectures=["Qwen3ForCausalLM"], **SHAPES[shape])
     out.mkdir(parents=True, exist_ok=True)
     cfg.save_pretrained(out)
+    with torch.device("meta"):
+        meta = transformers.AutoModelForCausalLM.from_config(cfg).state_dict()
+    if cfg.tie_word_embeddings:
+        meta.pop("lm_head.weight", None)  # as save_pretrained writes a tied checkpoint
+    shard: dict[str, torch.Tensor] = {}
+    weight_map: dict[str, str] = {}
+    size, total = 0, 0
+    for name, t in [*meta.items(), (None, None)]:
+        if name is not None:
+            shard[name] = torch.zeros(t.shape, dtype=torch.bfloat16)
+            size += shard[name].numel() * 2
+        if shard and (name is None or size >= shard_bytes):
+            file = f"model-{len(set(weight_map.values())):05d}.safetensors"
+            save_file(shard, str(out / file), metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(shard, file))
+            total += size
+            shard, size = {}, 0
+    # the sharded-checkpoint index transformers reads (SGLang globs the shards)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index))
     return out
 
 
@@ -90,6 +114,20 @@ def random_adapter(model_dir: Path, rank: int, seed: int) -> list[tuple[str, tor
 def pct(samples: list[float], q: float) -> float:
     s = sorted(samples)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def summary(samples: list[float], error: str | None) -> dict[str, Any]:
+    """p50/p95 of one path, or the error that stopped it (the other paths still run)."""
+    if error or not samples:
+        return {"error": error or "no samples"}
+    return {"p50": pct(samples, 0.5), "p95": pct(samples, 0.95), "n": len(samples)}
+
+
+async def guarded(coro: Any) -> tuple[Any, str | None]:
+    try:
+        return await coro, None
+    except Exception as exc:  # noqa: BLE001 - reported in the table, with SGLang's response body where it has one
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
 
 
 async def bench_plugin(client, names, adapter, config, iters, bucket_mb) -> list[float]:
@@ -219,53 +257,54 @@ def bench_version_pinning(n: int = 200_000) -> float:
 
 def run_shape(shape: str, iters: int, rank: int, bucket_mb: int, mem: float) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix=f"bench_{shape}_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
-    model_dir = write_config(shape, root / "model")
+    model_dir = write_checkpoint(shape, root / "model")
     names = model_names(model_dir)
     adapter = random_adapter(model_dir, rank, seed=0)
     config = normalize_peft_config({"r": rank, "lora_alpha": rank, "target_modules": "all-linear"})
     mib = sum(t.numel() * t.element_size() for _, t in adapter) / 2**20
     lora_args = lora_launch_args(lora_plan({"lora_rank": rank, "target_modules": "all-linear", "lora": {}}))
-    server = SGLangProcess(model_dir, lora_args, mem_fraction=mem, extra=["--load-format", "dummy", "--skip-tokenizer-init"])
+    server = SGLangProcess(model_dir, lora_args, mem_fraction=mem, extra=["--skip-tokenizer-init"])
     try:
         server.wait()
         client = SGLangHTTPClient(server.addr, max_attempts=1)
 
         async def main():
-            plugin = await bench_plugin(client, names, adapter, config, iters, bucket_mb)
-            disk = await bench_disk(client, adapter, config, iters, root)
+            plugin = await guarded(bench_plugin(client, names, adapter, config, iters, bucket_mb))
+            disk = await guarded(bench_disk(client, adapter, config, iters, root))
             stock, stock_err = await bench_verl_stock(server.addr, model_dir, adapter, config, iters)
-            base = await bench_base_sync(client, names, model_dir, 512)
-            return plugin, disk, stock, stock_err, base
+            base = await guarded(bench_base_sync(client, names, model_dir, 512))
+            return plugin, disk, (stock, stock_err), base
 
-        plugin, disk, stock, stock_err, base = asyncio.run(main())
+        plugin, disk, stock, base = asyncio.run(main())
     finally:
         server.stop()
     return {
         "shape": shape, "rank": rank, "adapter_MiB": round(mib, 1), "tensors": len(adapter), "iters": iters,
-        "plugin_ms": {"p50": pct(plugin, 0.5), "p95": pct(plugin, 0.95)},
-        "disk_ms": {"p50": pct(disk, 0.5), "p95": pct(disk, 0.95)},
-        "verl_stock_ms": {"p50": pct(stock, 0.5), "p95": pct(stock, 0.95)} if stock else None,
-        "verl_stock_error": stock_err, "base_sync": base,
+        "plugin_ms": summary(*plugin), "disk_ms": summary(*disk), "verl_stock_ms": summary(*stock),
+        "base_sync": base[0] if base[0] is not None else {"error": base[1]},
     }
 
 
 def print_table(results: list[dict[str, Any]], pin_ns: float) -> None:
     print("| shape | adapter | path | p50 ms | p95 ms |")
     print("|---|---|---|---|---|")
+    paths = (("plugin_ms", "plugin (tensors, versioned)"), ("disk_ms", "save to disk + /load_lora_adapter"),
+             ("verl_stock_ms", "verl stock ServerAdapter"))
     for r in results:
         size = f"{r['adapter_MiB']} MiB / {r['tensors']} tensors"
-        print(f"| {r['shape']} | {size} | plugin (tensors, versioned) | {r['plugin_ms']['p50']:.1f} | {r['plugin_ms']['p95']:.1f} |")
-        print(f"| {r['shape']} | {size} | save to disk + /load_lora_adapter | {r['disk_ms']['p50']:.1f} | {r['disk_ms']['p95']:.1f} |")
-        if r["verl_stock_ms"]:
-            print(f"| {r['shape']} | {size} | verl stock ServerAdapter | {r['verl_stock_ms']['p50']:.1f} | {r['verl_stock_ms']['p95']:.1f} |")
-        if r["verl_stock_error"]:
-            print(f"| {r['shape']} | {size} | verl stock ServerAdapter | fails: {r['verl_stock_error']} | |")
+        for key, label in paths:
+            m = r[key]
+            cells = f"fails: {m['error']} | " if "error" in m else f"{m['p50']:.1f} | {m['p95']:.1f}"
+            print(f"| {r['shape']} | {size} | {label} | {cells} |")
     print()
     print("| shape | base bytes | update_weights_from_tensor GB/s | device copy GB/s |")
     print("|---|---|---|---|")
     for r in results:
         b = r["base_sync"]
-        print(f"| {r['shape']} | {b['bytes'] / 1e9:.2f} GB | {b['sync_GBps']:.1f} | {b['d2d_copy_GBps']:.0f} |")
+        if "error" in b:
+            print(f"| {r['shape']} | | fails: {b['error']} | |")
+        else:
+            print(f"| {r['shape']} | {b['bytes'] / 1e9:.2f} GB | {b['sync_GBps']:.1f} | {b['d2d_copy_GBps']:.0f} |")
     print()
     print(f"version pinning on the rollout hot path: {pin_ns:.0f} ns per request (acquire + lora_path + release)")
 
