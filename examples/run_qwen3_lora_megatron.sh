@@ -19,8 +19,11 @@ if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
     MODEL_PATH=${MODEL_PATH:-$ASSETS/model}
     DATA=${DATA:-$ASSETS/testset}
     BATCH=8; PROMPT=128; RESPONSE=64; MICRO=8
+    # a random model never answers right: graded credit gives GRPO non-zero advantages (offline_reward.py)
+    REWARD=(reward.custom_reward_function.path=pkg://verl_sglang_lora.offline_reward reward.custom_reward_function.name=compute_score)
 else
     BATCH=16; PROMPT=512; RESPONSE=256; MICRO=4
+    REWARD=()
 fi
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false FLASHINFER_DISABLE_VERSION_CHECK=1
@@ -67,4 +70,5 @@ exec "$PYTHON" -m verl.trainer.main_ppo \
     trainer.save_freq=-1 \
     trainer.test_freq=-1 \
     trainer.total_training_steps="$STEPS" \
+    "${REWARD[@]}" \
     "$@"
