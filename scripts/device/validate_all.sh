@@ -2,6 +2,7 @@
 # The GPU validation still owed (docs/validation.md), in priority order, logs under $OUT.
 # Run after the bundle batches are copied:  bash scripts/device/validate_all.sh [FIRST_STEP=1] [BUDGET_S=570]
 # Steps: 1 FSDP2 adapter run, 2 stock sglang, 3 merge, 4 no LoRA, 5 tests/gpu, 6 benchmarks, 7 kill-and-recover.
+# A verl run needs ~3 min to its first step on a warm machine (session 3): 240 s caps ended merge / no LoRA early.
 # Each step gets min(its own cap, what is left of BUDGET_S); a step that would get < 90 s is left for the next
 # call, whose FIRST_STEP is printed as "NEXT_STEP=N" (a device call is limited to 600 s).
 set -uo pipefail
@@ -37,8 +38,8 @@ benchmarks() {
 
 run_step 1 520 env STEPS=${E2E_STEPS:-4} bash scripts/device/e2e.sh e2e_plugin_fsdp2_adapter
 run_step 2 200 env STEPS=2 bash scripts/device/e2e.sh e2e_stock_sglang actor_rollout_ref.rollout.name=sglang
-run_step 3 240 env STEPS=2 bash scripts/device/e2e.sh e2e_plugin_merge actor_rollout_ref.model.lora.merge=True
-run_step 4 240 env STEPS=2 bash scripts/device/e2e.sh e2e_plugin_nolora actor_rollout_ref.model.lora_rank=0
+run_step 3 330 env STEPS=2 bash scripts/device/e2e.sh e2e_plugin_merge actor_rollout_ref.model.lora.merge=True
+run_step 4 330 env STEPS=2 bash scripts/device/e2e.sh e2e_plugin_nolora actor_rollout_ref.model.lora_rank=0
 run_step 5 300 gpu_tests
 run_step 6 500 benchmarks
 run_step 7 480 bash scripts/device/kill_recover.sh
