@@ -37,6 +37,8 @@ def checkpoint_weights(args: dict[str, Any]) -> dict[str, Any]:
     """
     if args.get("load_format") != DUMMY_LOAD_FORMAT:
         return args
+    logger.warning("sglang_lora: relaunching SGLang on the checkpoint's weights (load_format dummy -> auto): %s",
+                   args.get("model_path"))
     return {**args, "load_format": "auto"}
 
 

@@ -24,5 +24,12 @@ done
 wait "$RUN"; RC=$?
 echo "== kill_recover rc=$RC"
 python3 scripts/device/step_table.py "$LOG"
-grep -E "sglang_lora: (server|SGLang moved|no adapter)|ServerRestartError|ActorDiedError" "$LOG" | tail -10
+grep -E "sglang_lora: (server|SGLang moved|no adapter|launching)|ServerRestartError|ActorDiedError|SGLangRequestError" "$LOG" | tail -10
+# the verdict: killed, recovered (relaunched on the checkpoint's weights), and every step finished
+steps=$(grep -c "step:[0-9]* - " "$LOG")
+recovered=$(grep -c "sglang_lora: server recovered" "$LOG")
+relaunch_auto=$(grep -c "load_format dummy -> auto" "$LOG")
+verdict=FAIL
+[ -n "$killed" ] && [ "$recovered" -ge 1 ] && [ "$relaunch_auto" -ge 1 ] && [ "$steps" -ge "${STEPS:-4}" ] && verdict=PASS
+echo "== kill_recover verdict=$verdict (killed=${killed:-no} recovered=$recovered relaunch_load_format_auto=$relaunch_auto steps=$steps/${STEPS:-4})"
 exit $RC
