@@ -9,8 +9,8 @@ reconstructed and, before serving its first call, relaunches SGLang and loads th
 
 Only adapter mode can be recovered this way: the base weights of a restarted server are the checkpoint's
 (relaunched with ``load_format=auto`` where verl asked for ``dummy``: the trainer's one-time base sync does not
-come again), which is what an adapter-mode server serves; in merge / no-LoRA mode they would be stale, so ``config_guards`` refuses
-the setting there at startup.
+come again), which is what an adapter-mode server serves; in merge / no-LoRA mode they would be stale, so
+``config_guards`` refuses the setting there at startup.
 """
 
 from __future__ import annotations
