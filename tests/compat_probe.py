@@ -621,8 +621,11 @@ def verl_probe() -> dict:
         "ppo_trainer": ["actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.model.lora_alpha=32"],
         "ppo_megatron_trainer": ["actor_rollout_ref.model.lora.rank=32", "actor_rollout_ref.model.lora.alpha=32"],
     }
+    # the examples' offline-default reward key (reward.custom_reward_function) must exist in every release's tree
+    reward = ["reward.custom_reward_function.path=pkg://verl_sglang_lora.offline_reward",
+              "reward.custom_reward_function.name=compute_score"]
     out["compose"] = {name: step(lambda name=name: compose(name, [f"actor_rollout_ref.model.path={model_dir}",
-                                                                  *lora[name]]))
+                                                                  *lora[name], *reward]))
                       for name in lora}
     want = {"RolloutReplicaRegistry": True, "_ROLLOUT_REGISTRY": True}
     out["registration_ok"] = out["after_import_register"] == want and (
@@ -673,6 +676,7 @@ def compose(config_name: str, overrides: list[str]) -> dict:
         "lora_as_adapter": plan.as_adapter,
         "lora_rank": plan.rank,
         "bucket_mb": PluginSettings.from_rollout_config(rollout).bucket_mb,
+        "reward_fn": str(cfg.reward.custom_reward_function.path),
     }
     out["ok"] = (out["rollout_name"] == "sglang_lora" and out["external_lib"] == "verl_sglang_lora.register"
                  and out["ray_env"] == "verl_sglang_lora.register" and plan.as_adapter and plan.rank == 32)
