@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any
 
-from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
+from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient, server_url
 from verl_sglang_lora.sync.snapshot import read_snapshot
 
 logger = logging.getLogger(__name__)
@@ -72,8 +72,7 @@ async def recover_server(server: Any) -> dict[str, Any]:
     if snap is None:
         logger.warning("sglang_lora: no adapter snapshot; the BASE policy is served until the next adapter sync")
     else:
-        host, port = server.own_address()
-        client = SGLangHTTPClient(f"{host}:{port}", timeout_s=server.settings.http_timeout_s,
+        client = SGLangHTTPClient(server_url(*server.own_address()), timeout_s=server.settings.http_timeout_s,
                                   max_attempts=server.settings.http_max_attempts)
         await client.post("load_lora_adapter", {"lora_name": snap.name, "lora_path": snap.path})
         server.adapters.activate(snap.name, snap.version, snap.fingerprint)

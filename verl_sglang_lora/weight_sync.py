@@ -21,7 +21,7 @@ from verl_sglang_lora.config_guards import check_config
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.settings import PluginSettings
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError
-from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
+from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient, server_url
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, lora_module_path
 from verl_sglang_lora.sync.adapter_push import adapter_load_body, collect_adapter
@@ -181,9 +181,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
 
         Asked on every sync (one actor call): a server actor restarted by Ray listens on a new port.
         """
-        host, port = await self.server_actor.get_server_address.remote()
-        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        address = f"http://{host}:{port}"
+        address = server_url(*await self.server_actor.get_server_address.remote())
         if self._http is None or self._http.base_url != address:
             if self._http is not None:
                 logger.warning("sglang_lora: SGLang moved from %s to %s (server restarted)", self._http.base_url, address)
