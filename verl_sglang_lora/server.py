@@ -201,8 +201,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 self.memory.undo_resume(todo)
                 raise
             if KV_CACHE in todo:
-                await self.tokenizer_manager.flush_cache()
-                await self._run_pending_canary()
+                await self._serve_newest_adapter()
         return todo
 
     async def sleep(self) -> None:
@@ -239,11 +238,14 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             logger.info("sglang_lora: adapter %s active (version %d) %s", name, version, stats)
         if canary is not None:
             self._pending_canary = (name, CanaryExpectation(**canary))
-        if KV_CACHE not in self.memory.released:  # otherwise resume_memory(kv_cache) flushes and runs the canary
-            # prefixes cached under the previous adapter must not serve the new one
-            await self.tokenizer_manager.flush_cache()
-            await self._run_pending_canary()
+        if KV_CACHE not in self.memory.released:  # otherwise at resume_memory(kv_cache)
+            await self._serve_newest_adapter()
         return self.adapters.status()
+
+    async def _serve_newest_adapter(self) -> None:
+        """With the KV cache resident: drop prefixes cached under an earlier adapter, then run the pending canary."""
+        await self.tokenizer_manager.flush_cache()
+        await self._run_pending_canary()
 
     async def _run_pending_canary(self) -> None:
         """Score the canary prompt for the newest adapter; a contradiction raises into the caller (the trainer)."""
