@@ -288,11 +288,35 @@ class SGLang:
                         "producer serializes once per rank (Engine._serialize_tensors_per_rank, >= 0.5.18)"
                     ) from exc
                 raise
+            if getattr(decoded, "load_format", None) == "flattened_bucket":  # the release's own reconstruction
+                from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
+
+                bucket = FlattenedTensorBucket(flattened_tensor=restored["flattened_tensor"], metadata=restored["metadata"])
+                restored = dict(bucket.reconstruct_tensors())
             same, why = tensors_equal(restored, want)
             if not same:
                 raise AssertionError(f"blob {i}: {why}")
         return {"decoded_type": type(decoded).__name__, "payload_type": type(payload).__name__,
-                "blobs": len(blobs), "distinct_blobs": distinct, "tensors_equal": True, "decoded": decoded}
+                "load_format": getattr(decoded, "load_format", None), "blobs": len(blobs), "distinct_blobs": distinct, "tensors_equal": True, "decoded": decoded}
+
+
+def empty_update_round_trip(sg: SGLang) -> dict:
+    """The scheduler-priming request (``ipc_reducers``) through the release's decoder: each rank reads []."""
+    from verl_sglang_lora.sglang_contract.ipc_reducers import empty_tensor_update
+    from verl_sglang_lora.sglang_contract.lora_request import request_to_json
+
+    import pydantic
+    from sglang.srt.managers import io_struct
+
+    cls = io_struct.UpdateWeightsFromTensorReqInput
+    req = empty_tensor_update(2)
+    if not isinstance(req, cls):
+        raise AssertionError(f"built {type(req).__name__}, not the release's struct")
+    decoded = pydantic.TypeAdapter(cls).validate_python(json.loads(json.dumps(request_to_json(req))))
+    restored = [sg.serializer.deserialize(blob) for blob in decoded.serialized_named_tensors]
+    if restored != [[], []]:
+        raise AssertionError(f"ranks read {restored!r}, not []")
+    return {"ranks": len(restored), "flush_cache": getattr(decoded, "flush_cache", None)}
 
 
 def plugin_contract(sg: SGLang) -> dict:
@@ -325,11 +349,11 @@ def plugin_contract(sg: SGLang) -> dict:
 
     out["adapter_config_normalization"] = {name: step(lambda name=name: normalize(name)) for name in configs}
 
-    def one_request(tp: int) -> dict:
+    def one_request(tp: int, flatten: bool | None = None) -> dict:
         shape = request_shape()
         checksums = tensor_checksums(tensors) if shape.has_checksums else None
         req = build_lora_request("vsl_probe_v1", normalized["fsdp_peft_to_dict"], tensors, tp_size=tp,
-                                 checksums=checksums)
+                                 checksums=checksums, flatten=flatten)
         if not isinstance(req, sg.request_cls):
             raise AssertionError(f"built {type(req).__name__}, not the release's struct")
         body = request_to_json(req)
@@ -342,6 +366,8 @@ def plugin_contract(sg: SGLang) -> dict:
         return {"field": shape.field, "body_keys": sorted(body), "checksums_sent": checksums is not None, **res}
 
     out["request"] = {str(tp): step(lambda tp=tp: one_request(tp)) for tp in TP_SIZES}
+    out["request_per_tensor"] = step(lambda: one_request(1, flatten=False))  # the path for releases without it
+    out["empty_tensor_update"] = step(lambda: empty_update_round_trip(sg))
 
     launches = {
         "all_linear": "all-linear",  # FSDP default model.target_modules

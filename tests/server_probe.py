@@ -54,6 +54,15 @@ class FakeTokenizerManager:
     async def flush_cache(self) -> None:
         self.calls.append(("flush", None))
 
+    async def update_weights_from_tensor(self, obj: Any, request: Any = None) -> tuple[bool, str]:
+        """Records what each TP rank would deserialize (SGLang's own serializer)."""
+        from sglang.srt.utils import MultiprocessingSerializer
+
+        ranks = [MultiprocessingSerializer.deserialize(blob) for blob in obj.serialized_named_tensors]
+        self.calls.append(("update_weights_from_tensor", {"type": type(obj).__name__, "ranks": ranks,
+                                                          "flush_cache": obj.flush_cache}))
+        return True, "Success"
+
     async def unload_lora_adapter(self, obj: Any, request: Any = None) -> Any:
         self.calls.append(("unload", obj.lora_name))
         return type("Result", (), {"success": True})()
@@ -119,8 +128,7 @@ def probe_class(base: type) -> type:
             die = os.environ.get("PROBE_DIE_ON_FIRST_TENSOR_LOAD") == "1"
             self._server_address = "127.0.0.1"
             self._server_port = await start_load_route(self.loaded_from_disk, self.loaded_from_tensors, die)
-            if self.lora.as_adapter:
-                self._pin_adapter_on_every_request()
+            await self._after_launch()
 
         async def server_args(self, from_checkpoint: bool) -> dict:
             """The ServerArgs keywords of verl's real ``launch_server`` through the plugin's real launch path

@@ -41,11 +41,15 @@ def test_a_failing_path_is_a_table_row_not_the_end_of_the_run(capsys) -> None:
     plugin = asyncio.run(benchmarks.guarded(plugin_load()))
     disk = asyncio.run(benchmarks.guarded(disk_load()))
     result = {"shape": "tiny", "adapter_MiB": 1.0, "tensors": 4, "plugin_ms": benchmarks.summary(*plugin),
+              "plugin_wire": "flattened_bucket", "plugin_phases_p50_ms": {"collect": 4.0, "load": 6.0},
+              "plugin_per_tensor_ms": benchmarks.summary([20.0, 21.0], None),
               "disk_ms": benchmarks.summary(*disk), "verl_stock_ms": benchmarks.summary([], "TypeError: x"),
               "base_sync": {"error": "not run"}}
     assert result["plugin_ms"] == {"p50": 11.0, "p95": 12.0, "n": 3}
     benchmarks.print_table([result], 80.0)
     table = capsys.readouterr().out
-    assert "| plugin (tensors, versioned) | 11.0 | 12.0 |" in table
+    assert "| plugin (flattened_bucket, versioned) | 11.0 | 12.0 |" in table
+    assert "| plugin (per-tensor dict, versioned) | 20.0 | 21.0 |" in table
+    assert "tiny plugin phases, p50 ms: {'collect': 4.0, 'load': 6.0}" in table
     assert "save to disk + /load_lora_adapter | fails: SGLangRequestError" in table and "DUMMY load_format" in table
     assert "verl stock ServerAdapter | fails: TypeError: x" in table

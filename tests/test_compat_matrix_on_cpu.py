@@ -38,6 +38,8 @@ REQUEST_FIELD = {
     "0.5.18": ("serialized_named_tensors", True),
     "0.5.23": ("serialized_named_tensors", True),
 }
+# Releases whose LoadLoRAAdapterFromTensorsReqInput declares load_format (the flattened-bucket wire form)
+FLATTENED = {"0.5.8": False, "0.5.12": True, "0.5.18": True, "0.5.23": True}
 
 # Contract checks that fail against a release's real code, as strict xfails: a fix turns them into XPASS, which
 # fails the run until the entry is removed. Both gaps this matrix found are fixed (tp >= 2 on 0.5.18+: one
@@ -147,6 +149,24 @@ def test_request_is_decoded_and_round_trips(probes, version, tp):
     assert res["field"] == field and res["decoded_type"] == "LoadLoRAAdapterFromTensorsReqInput"
     assert res["tensors_equal"] and res["blobs"] == (int(tp) if per_rank else 1)
     assert res["checksums_sent"] is per_rank
+    # one flattened byte tensor per rank where the release takes it, the name->tensor dict elsewhere
+    assert res["load_format"] == ("flattened_bucket" if FLATTENED[version] else None)
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_per_tensor_request_still_round_trips(probes, version):
+    """flatten=False: the name->tensor dict, decoded and deserialized by the release (0.5.8's only form)."""
+    res = _get(probes, "sglang", version)["plugin"]["request_per_tensor"]
+    assert res["ok"], res.get("error")
+    assert res["tensors_equal"] and res["load_format"] is None
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_scheduler_priming_update_is_empty_on_every_rank(probes, version):
+    """ipc_reducers' update_weights_from_tensor: the release decodes it and each rank deserializes []."""
+    res = _get(probes, "sglang", version)["plugin"]["empty_tensor_update"]
+    assert res["ok"], res.get("error")
+    assert res["ranks"] == 2 and res["flush_cache"] is False
 
 
 @pytest.mark.parametrize("version, launch", [_param(v, "launch_args", n) for v in SGLANG_RELEASES for n in LAUNCHES])

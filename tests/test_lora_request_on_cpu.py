@@ -37,13 +37,14 @@ def _decode(body):
     return pydantic.TypeAdapter(io.LoadLoRAAdapterFromTensorsReqInput).validate_python(body)
 
 
+@pytest.mark.parametrize("flatten", [None, False], ids=["default", "per_tensor"])
 @pytest.mark.parametrize("tp_size", [1, 2, 4])
-def test_request_round_trips_through_sglang_decoder_and_deserializer(tp_size):
+def test_request_round_trips_through_sglang_decoder_and_deserializer(tp_size, flatten):
     io = sglang_or_skip()
     MultiprocessingSerializer = sglang_or_skip("sglang.srt.utils").MultiprocessingSerializer
 
     tensors = _tensors()
-    req = build_lora_request("verl_lora_v3", CONFIG, tensors, tp_size=tp_size)
+    req = build_lora_request("verl_lora_v3", CONFIG, tensors, tp_size=tp_size, flatten=flatten)
     assert isinstance(req, io.LoadLoRAAdapterFromTensorsReqInput)
     shape = request_shape()
     body = request_to_json(req)
@@ -58,8 +59,15 @@ def test_request_round_trips_through_sglang_decoder_and_deserializer(tp_size):
         blobs = [payload]
     if shape.per_rank:
         assert len({bytes(b) for b in blobs}) == tp_size  # one serialization per rank, as SGLang's producer does
+    flattened = shape.flattened and flatten is None  # the default wherever the release declares load_format
+    assert getattr(decoded, "load_format", None) == ("flattened_bucket" if flattened else None)
     for blob in blobs:  # every rank can deserialize its own copy
         restored = MultiprocessingSerializer.deserialize(blob)
+        if flattened:  # rebuilt as SGLang's load_lora_adapter_from_tensors does
+            bucket_cls = sglang_or_skip("sglang.srt.weight_sync.tensor_bucket").FlattenedTensorBucket
+            assert set(restored) == {"flattened_tensor", "metadata"}
+            bucket = bucket_cls(flattened_tensor=restored["flattened_tensor"], metadata=restored["metadata"])
+            restored = dict(bucket.reconstruct_tensors())
         assert set(restored) == set(tensors)
         for name, tensor in tensors.items():
             torch.testing.assert_close(restored[name], tensor)

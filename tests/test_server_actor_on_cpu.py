@@ -64,6 +64,10 @@ ray.shutdown()
 """
 
 
+# one empty payload per scheduler rank: verl's default rollout.tensor_model_parallel_size is 2
+PRIME = ("update_weights_from_tensor", {"type": "UpdateWeightsFromTensorReqInput", "ranks": [[], []], "flush_cache": False})
+
+
 def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path) -> None:
     pytest.importorskip("ray")
     pytest.importorskip("verl")
@@ -83,6 +87,9 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     assert out["resumed_weights"] == [] and out["resumed_kv"] == ["kv_cache"]
     assert out["canary"]["verdict"] == "pass" and out["canary"]["max_abs_diff"] == 0.0
     calls = [tuple(c) for c in out["calls"]]
+    # first thing after launch, before any adapter load: the empty base update that makes SGLang <= 0.5.12's
+    # scheduler patch its CUDA-IPC reducers (ipc_reducers; the H200 kill run died without it)
+    assert calls[0] == PRIME
     resume_at = calls.index(("resume", ["kv_cache"]))
     # after the resume: flush, then the canary with and without the adapter, then verl's generate
     assert calls[resume_at + 1:] == [("flush", None), ("generate", "verl_lora_v3"), ("generate", None),
@@ -101,5 +108,5 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     assert after["state"]["snapshot_root"].startswith(str(tmp_path))  # per job and actor under snapshot_dir
     assert after["state"]["global_steps"] == 3 and after["state"]["active"] == "verl_lora_v3"
     assert after["state"]["launches"] == ["relaunch"]  # the restarted actor launched once, on checkpoint weights
-    assert [tuple(c) for c in after["calls"]] == [("generate", "verl_lora_v3")]
+    assert [tuple(c) for c in after["calls"]] == [PRIME, ("generate", "verl_lora_v3")]  # primed on the relaunch too
     assert after["metrics"]["sglang_lora/server_restarts"] == 1

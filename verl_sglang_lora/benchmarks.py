@@ -30,6 +30,7 @@ import torch
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+from verl_sglang_lora.sglang_contract.lora_request import request_shape
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
 from verl_sglang_lora.sglang_process import SGLangProcess
@@ -130,18 +131,29 @@ async def guarded(coro: Any) -> tuple[Any, str | None]:
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
 
 
-async def bench_plugin(client, names, adapter, config, iters, bucket_mb) -> list[float]:
+async def bench_plugin(client, names, adapter, config, iters, bucket_mb, flatten: bool | None = None,
+                       phases: dict[str, list[float]] | None = None, first_version: int = 0) -> list[float]:
+    """The plugin's sync, end to end; ``phases`` (if given) gets collect / build request / load / unload ms."""
     device = torch.device("cuda")
     times, prev = [], None
-    for v in range(iters + 1):
+    for v in range(first_version, first_version + iters + 1):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         acc = collect_adapter(iter(adapter), names.resolve_lora, bucket_mb << 20, device)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
         name = adapter_name(v)
-        await client.load_lora_adapter_from_tensors(adapter_load_body(name, config, acc, tp_size=1))
+        body = adapter_load_body(name, config, acc, tp_size=1, flatten=flatten)
+        t2 = time.perf_counter()
+        await client.load_lora_adapter_from_tensors(body)
+        t3 = time.perf_counter()
         if prev:
             await client.unload_lora_adapter(prev)
-        times.append((time.perf_counter() - t0) * 1e3)
+        t4 = time.perf_counter()
+        times.append((t4 - t0) * 1e3)
+        if phases is not None and v > first_version:
+            for key, dt in zip(("collect", "build_request", "load", "unload"), (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                phases.setdefault(key, []).append(dt * 1e3)
         prev = name
     await client.unload_lora_adapter(prev)
     return times[1:]  # first iteration warms the allocator and the LoRA pool
@@ -268,19 +280,27 @@ def run_shape(shape: str, iters: int, rank: int, bucket_mb: int, mem: float) -> 
         server.wait()
         client = SGLangHTTPClient(server.addr, max_attempts=1)
 
+        phases: dict[str, list[float]] = {}
+        flattened = request_shape().flattened
+
         async def main():
-            plugin = await guarded(bench_plugin(client, names, adapter, config, iters, bucket_mb))
+            plugin = await guarded(bench_plugin(client, names, adapter, config, iters, bucket_mb, phases=phases))
+            per_tensor = (await guarded(bench_plugin(client, names, adapter, config, iters, bucket_mb, flatten=False,
+                                                     first_version=iters + 1))) if flattened else (None, "n/a")
             disk = await guarded(bench_disk(client, adapter, config, iters, root))
             stock, stock_err = await bench_verl_stock(server.addr, model_dir, adapter, config, iters)
             base = await guarded(bench_base_sync(client, names, model_dir, 512))
-            return plugin, disk, (stock, stock_err), base
+            return plugin, per_tensor, disk, (stock, stock_err), base
 
-        plugin, disk, stock, base = asyncio.run(main())
+        plugin, per_tensor, disk, stock, base = asyncio.run(main())
     finally:
         server.stop()
     return {
         "shape": shape, "rank": rank, "adapter_MiB": round(mib, 1), "tensors": len(adapter), "iters": iters,
-        "plugin_ms": summary(*plugin), "disk_ms": summary(*disk), "verl_stock_ms": summary(*stock),
+        "plugin_wire": "flattened_bucket" if flattened else "per-tensor dict",
+        "plugin_ms": summary(*plugin), "plugin_phases_p50_ms": {k: round(pct(v, 0.5), 2) for k, v in phases.items()},
+        "plugin_per_tensor_ms": summary(*per_tensor) if flattened else {"error": "n/a (the release has no flattened form)"},
+        "disk_ms": summary(*disk), "verl_stock_ms": summary(*stock),
         "base_sync": base[0] if base[0] is not None else {"error": base[1]},
     }
 
@@ -288,14 +308,18 @@ def run_shape(shape: str, iters: int, rank: int, bucket_mb: int, mem: float) -> 
 def print_table(results: list[dict[str, Any]], pin_ns: float) -> None:
     print("| shape | adapter | path | p50 ms | p95 ms |")
     print("|---|---|---|---|---|")
-    paths = (("plugin_ms", "plugin (tensors, versioned)"), ("disk_ms", "save to disk + /load_lora_adapter"),
-             ("verl_stock_ms", "verl stock ServerAdapter"))
     for r in results:
         size = f"{r['adapter_MiB']} MiB / {r['tensors']} tensors"
+        paths = (("plugin_ms", f"plugin ({r['plugin_wire']}, versioned)"),
+                 ("plugin_per_tensor_ms", "plugin (per-tensor dict, versioned)"),
+                 ("disk_ms", "save to disk + /load_lora_adapter"), ("verl_stock_ms", "verl stock ServerAdapter"))
         for key, label in paths:
             m = r[key]
             cells = f"fails: {m['error']} | " if "error" in m else f"{m['p50']:.1f} | {m['p95']:.1f}"
             print(f"| {r['shape']} | {size} | {label} | {cells} |")
+    print()
+    for r in results:
+        print(f"{r['shape']} plugin phases, p50 ms: {r['plugin_phases_p50_ms']}")
     print()
     print("| shape | base bytes | update_weights_from_tensor GB/s | device copy GB/s |")
     print("|---|---|---|---|")

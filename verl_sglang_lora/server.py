@@ -27,6 +27,7 @@ from verl_sglang_lora.memory_tags import KV_CACHE, MemoryTagLedger
 from verl_sglang_lora.recovery import RestartRecovery, ray_restart_options
 from verl_sglang_lora.settings import PluginSettings
 from verl_sglang_lora.sglang_contract.installed import io_struct
+from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 from verl_sglang_lora.sglang_server_args import wrap_server_args
 from verl_sglang_lora.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
@@ -96,9 +97,19 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             result = await super().launch_server(*args, **kwargs)
         finally:
             module.ServerArgs = original
+        await self._after_launch()
+        return result
+
+    async def _after_launch(self) -> None:
+        """Adapter mode, on the node that hosts the tokenizer manager: pin every request to the active adapter, and
+        prepare the scheduler for CUDA-IPC adapter loads (SGLang <= 0.5.12 patches its reducers only on a base
+        update, which a relaunched server never gets: ``ipc_reducers``)."""
         if self.lora.as_adapter and getattr(self, "tokenizer_manager", None) is not None:
             self._pin_adapter_on_every_request()
-        return result
+            await prime_scheduler_reducers(self.tokenizer_manager, self._scheduler_ranks())
+
+    def _scheduler_ranks(self) -> int:
+        return int(self.config.tensor_model_parallel_size) * int(self.config.get("data_parallel_size", 1) or 1)
 
     async def _recover_if_restarted(self) -> None:
         await self.recovery.ensure(self)

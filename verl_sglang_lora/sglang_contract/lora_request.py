@@ -4,6 +4,10 @@ SGLang changed this request across releases: 0.5.8/0.5.12 declare ``serialized_t
 blob, a dataclass); 0.5.18+ declare ``serialized_named_tensors: List[bytes]`` (one blob per TP rank, a msgspec
 struct with base64 on the HTTP wire). verl 0.9.1 sends the new field to the 0.5.12 it pins (seed layer 3), so
 the shape is read from the struct every time rather than from a version table.
+
+Where the struct declares ``load_format`` (0.5.12+) the tensors travel as SGLang's own ``FlattenedTensorBucket``
+(``load_format="flattened_bucket"``): one contiguous byte tensor and its metadata, so the scheduler opens one
+CUDA-IPC handle per load instead of one per tensor (392 for a Qwen3-0.6B all-linear adapter).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from verl_sglang_lora.sglang_contract.installed import io_struct, is_msgspec_str
 PER_RANK_FIELD = "serialized_named_tensors"
 SINGLE_FIELD = "serialized_tensors"
 REQUEST_CLASS = "LoadLoRAAdapterFromTensorsReqInput"
+FLATTENED_FORMAT = "flattened_bucket"
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class LoRARequestShape:
     msgspec: bool
     has_checksums: bool
     declared: tuple[str, ...]
+    flattened: bool = False  # the release accepts load_format="flattened_bucket" for adapters
 
 
 def request_shape(cls: type | None = None) -> LoRARequestShape:
@@ -47,14 +53,35 @@ def request_shape(cls: type | None = None) -> LoRARequestShape:
     for required in ("lora_name", "config_dict"):
         if required not in fields:
             raise TypeError(f"{cls.__name__} lacks {required!r} (fields: {sorted(fields)})")
-    return LoRARequestShape(field, per_rank, is_msgspec_struct(cls), "expected_checksums" in fields, tuple(fields))
+    flattened = "load_format" in fields and flattened_bucket_class() is not None
+    return LoRARequestShape(
+        field, per_rank, is_msgspec_struct(cls), "expected_checksums" in fields, tuple(fields), flattened
+    )
 
 
-def serialize_named_tensors(named_tensors: Mapping[str, torch.Tensor]) -> bytes:
+def flattened_bucket_class() -> type | None:
+    """SGLang's ``FlattenedTensorBucket`` if the installed release has one that takes mixed dtypes."""
+    try:
+        from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
+    except ImportError:
+        return None
+    return FlattenedTensorBucket if getattr(FlattenedTensorBucket, "supports_multi_dtypes", False) else None
+
+
+def flattened_payload(named_tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """The dict SGLang's ``load_lora_adapter_from_tensors`` rebuilds a flattened bucket from."""
+    bucket_cls = flattened_bucket_class()
+    if bucket_cls is None:
+        raise RuntimeError("the installed SGLang has no FlattenedTensorBucket with mixed-dtype support")
+    bucket = bucket_cls(named_tensors=[(name, t.detach().contiguous()) for name, t in named_tensors.items()])
+    return {"flattened_tensor": bucket.get_flattened_tensor(), "metadata": bucket.get_metadata()}
+
+
+def serialize_payload(payload: Any) -> bytes:
     """SGLang's own serializer (CUDA tensors travel as IPC handles; CPU tensors are refused upstream)."""
     from sglang.srt.utils import MultiprocessingSerializer
 
-    return MultiprocessingSerializer.serialize(dict(named_tensors))
+    return MultiprocessingSerializer.serialize(payload)
 
 
 def tensor_checksums(named_tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
@@ -76,8 +103,11 @@ def build_lora_request(
     tp_size: int = 1,
     checksums: dict[str, str] | None = None,
     cls: type | None = None,
+    flatten: bool | None = None,
 ) -> Any:
     """An instance of the installed ``LoadLoRAAdapterFromTensorsReqInput``.
+
+    ``flatten`` (default: wherever the release accepts it) sends one ``FlattenedTensorBucket`` per rank.
 
     Per-rank releases get one serialization per TP rank, as SGLang's own producer does: a serialized tensor
     handle is meant to be received once (on CPU a second deserialization fails outright; for CUDA-IPC SGLang
@@ -88,11 +118,18 @@ def build_lora_request(
         raise ValueError(f"tp_size must be >= 1, got {tp_size}")
     cls = cls or io_struct(REQUEST_CLASS)
     shape = request_shape(cls)
+    flatten = shape.flattened if flatten is None else flatten
+    if flatten and not shape.flattened:
+        raise ValueError(f"{cls.__name__} of the installed SGLang does not take load_format={FLATTENED_FORMAT!r}")
     kwargs: dict[str, Any] = {"lora_name": lora_name, "config_dict": config_dict}
+    # one flattened copy shared by the ranks' serializations (each gets its own IPC handle record)
+    payload: Any = flattened_payload(named_tensors) if flatten else dict(named_tensors)
+    if flatten:
+        kwargs["load_format"] = FLATTENED_FORMAT
     if shape.per_rank:
-        kwargs[shape.field] = [serialize_named_tensors(named_tensors) for _ in range(tp_size)]
+        kwargs[shape.field] = [serialize_payload(payload) for _ in range(tp_size)]
     else:
-        kwargs[shape.field] = base64.b64encode(serialize_named_tensors(named_tensors)).decode("ascii")
+        kwargs[shape.field] = base64.b64encode(serialize_payload(payload)).decode("ascii")
     if checksums is not None and shape.has_checksums:
         kwargs["expected_checksums"] = checksums
     return cls(**kwargs)

@@ -25,8 +25,15 @@ def collect_adapter(
 
 
 def adapter_load_body(
-    name: str, config_dict: dict[str, Any], adapter: AccumulatedAdapter, tp_size: int, verify_checksums: bool = False
+    name: str,
+    config_dict: dict[str, Any],
+    adapter: AccumulatedAdapter,
+    tp_size: int,
+    verify_checksums: bool = False,
+    flatten: bool | None = None,
 ) -> dict[str, Any]:
-    """JSON body for ``/load_lora_adapter_from_tensors``, shaped by the installed SGLang's struct."""
+    """JSON body for ``/load_lora_adapter_from_tensors``, shaped by the installed SGLang's struct (one flattened
+    bucket where the release takes it, unless ``flatten=False``)."""
     checksums = tensor_checksums(adapter.tensors) if verify_checksums else None
-    return request_to_json(build_lora_request(name, config_dict, adapter.tensors, tp_size=tp_size, checksums=checksums))
+    req = build_lora_request(name, config_dict, adapter.tensors, tp_size=tp_size, checksums=checksums, flatten=flatten)
+    return request_to_json(req)
