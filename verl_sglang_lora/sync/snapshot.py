@@ -49,8 +49,7 @@ def write_snapshot(root: Path, *, name: str, version: int, fingerprint: str, glo
     target = root / name
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
     try:
-        save_file({k: t.detach().to("cpu").contiguous() for k, t in tensors.items()},
-                  str(staging / "adapter_model.safetensors"))
+        save_file({k: _host_copy(t) for k, t in tensors.items()}, str(staging / "adapter_model.safetensors"))
         (staging / "adapter_config.json").write_text(json.dumps(dict(peft_config)))
         if target.exists():
             shutil.rmtree(target)
@@ -66,6 +65,12 @@ def write_snapshot(root: Path, *, name: str, version: int, fingerprint: str, glo
         if old.is_dir() and old.name != name and not old.name.startswith("."):
             shutil.rmtree(old, ignore_errors=True)
     return snap
+
+
+def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A host tensor that owns its memory (safetensors refuses tensors that share storage, e.g. staged views)."""
+    host = tensor.detach().to("cpu")
+    return host.clone() if host.untyped_storage().nbytes() != host.numel() * host.element_size() else host.contiguous()
 
 
 def read_snapshot(root: Path) -> AdapterSnapshot | None:
