@@ -327,6 +327,9 @@ def sglang_facts(cells: dict) -> dict:
             "launch_resolved": {k: r.get("resolved") for k, r in launches.items()},
             "launch_route": next((r.get("route") for r in launches.values() if r.get("route")), None),
             "cpu_stubs_loaded": data.get("cpu_stubs_loaded", []),
+            "adapter_wire": data["plugin"]["request"].get("1", {}).get("load_format") or "name -> tensor dict",
+            "lora_load_patches": data["plugin"].get("lora_load_patches_reducers", {}).get("patches"),
+            "priming_update_ok": data["plugin"].get("empty_tensor_update", {}).get("ok"),
             "import_s": data.get("sglang_import_secs"),
         }
     return facts
@@ -448,6 +451,18 @@ def render_md(matrix: dict, command: str) -> str:
         L.append(f"| {s} | `{f['request_text']}` ({kind}{', checksums' if f['request']['has_checksums'] else ''}) "
                  f"| `{f['launch_resolved'].get('all_linear')}` | `{f['launch_resolved'].get('explicit_list')}` "
                  f"| `{md_escape(f['launch_route'])}` | {', '.join(f['cpu_stubs_loaded']) or '-'} |")
+    L += ["", "Adapter wire form and scheduler priming (`sglang_contract/lora_request.py`, `sglang_contract/ipc_reducers.py`): "
+          "where `load_lora_adapter_from_tensors` does not apply SGLang's torch patch itself, a fresh scheduler dies on "
+          "the first CUDA-IPC adapter load (`no attribute '_rebuild_cuda_tensor_original'`, H200, docs/validation.md "
+          "session 4); the plugin's server sends an empty `update_weights_from_tensor` after every launch.", "",
+          "| SGLang | adapter tensors travel as | its adapter load applies the torch patch (read from `tp_worker.py`) "
+          "| priming update decoded, each rank reads `[]` |",
+          "|---|---|---|---|"]
+    for s in matrix["sglang_releases"]:
+        f = sf[s]
+        if f.get("probed"):
+            L.append(f"| {s} | `{f['adapter_wire']}` | {'yes' if f['lora_load_patches'] else 'no'} "
+                     f"| {'yes' if f['priming_update_ok'] else 'NO'} |")
     L += ["", "## Per verl release", "",
           "| verl | `[sglang]` pin | `verl.plugins` entry point | registered by `import verl` | by `import verl_sglang_lora.register` | by `VERL_USE_EXTERNAL_MODULES` | overlay: ppo_trainer / ppo_megatron_trainer |",
           "|---|---|---|---|---|---|---|"]

@@ -45,6 +45,7 @@ import tempfile
 import time
 import types
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 RANK, ALPHA = 8, 16
@@ -319,6 +320,25 @@ def empty_update_round_trip(sg: SGLang) -> dict:
     return {"ranks": len(restored), "flush_cache": getattr(decoded, "flush_cache", None)}
 
 
+def lora_load_patches_reducers(sg: SGLang) -> bool:
+    """Read from the release's ``tp_worker.py`` (it does not import on a CPU host): does its
+    ``load_lora_adapter_from_tensors`` apply SGLang's torch patch itself, directly or through the per-rank
+    deserializer? Where it does not, a fresh scheduler needs the plugin's priming update (``ipc_reducers``)."""
+    source = (Path(sg.file).parent / "srt" / "managers" / "tp_worker.py").read_text()
+
+    def body(name: str) -> str:
+        m = re.search(rf"\n    def {name}\(.*?(?=\n    def |\Z)", source, re.S)
+        return m.group(0) if m else ""
+
+    lora = body("load_lora_adapter_from_tensors")
+    if not lora:
+        raise AssertionError("tp_worker.py has no load_lora_adapter_from_tensors")
+    if "monkey_patch_torch_reductions" in lora:
+        return True
+    helper = re.search(r"self\.(_?deserialize_own_rank)\(", lora)
+    return bool(helper) and "monkey_patch_torch_reductions" in body(helper.group(1))
+
+
 def plugin_contract(sg: SGLang) -> dict:
     from verl_sglang_lora.lora_mode import LoRAPlan
     from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
@@ -368,6 +388,7 @@ def plugin_contract(sg: SGLang) -> dict:
     out["request"] = {str(tp): step(lambda tp=tp: one_request(tp)) for tp in TP_SIZES}
     out["request_per_tensor"] = step(lambda: one_request(1, flatten=False))  # the path for releases without it
     out["empty_tensor_update"] = step(lambda: empty_update_round_trip(sg))
+    out["lora_load_patches_reducers"] = step(lambda: {"patches": lora_load_patches_reducers(sg)})
 
     launches = {
         "all_linear": "all-linear",  # FSDP default model.target_modules

@@ -167,6 +167,10 @@ def test_scheduler_priming_update_is_empty_on_every_rank(probes, version):
     res = _get(probes, "sglang", version)["plugin"]["empty_tensor_update"]
     assert res["ok"], res.get("error")
     assert res["ranks"] == 2 and res["flush_cache"] is False
+    # the fact that makes the priming necessary, read from the release's own tp_worker.py
+    patches = _get(probes, "sglang", version)["plugin"]["lora_load_patches_reducers"]
+    assert patches["ok"], patches.get("error")
+    assert patches["patches"] is (version not in ("0.5.8", "0.5.12"))
 
 
 @pytest.mark.parametrize("version, launch", [_param(v, "launch_args", n) for v in SGLANG_RELEASES for n in LAUNCHES])
