@@ -33,6 +33,11 @@ def cfg_path(obj: Any, dotted: str, default: Any = None) -> Any:
     return current
 
 
+def sglang_rank_count(rollout_config: Any) -> int:
+    """Scheduler ranks of one SGLang server (tp x dp): each reads its own serialized payload of a tensor request."""
+    return int(cfg_get(rollout_config, "tensor_model_parallel_size", 1)) * int(cfg_get(rollout_config, "data_parallel_size", 1))
+
+
 def to_plain(value: Any) -> Any:
     """Turn DictConfig/ListConfig (and nested ones) into plain Python containers."""
     try:

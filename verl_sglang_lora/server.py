@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 
+from verl_sglang_lora.config_access import sglang_rank_count
 from verl_sglang_lora.config_guards import check_config, overlay_applied, refuse_raw_video
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.memory_tags import KV_CACHE, MemoryTagLedger
@@ -106,10 +107,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         update, which a relaunched server never gets: ``ipc_reducers``)."""
         if self.lora.as_adapter and getattr(self, "tokenizer_manager", None) is not None:
             self._pin_adapter_on_every_request()
-            await prime_scheduler_reducers(self.tokenizer_manager, self._scheduler_ranks())
-
-    def _scheduler_ranks(self) -> int:
-        return int(self.config.tensor_model_parallel_size) * int(self.config.get("data_parallel_size", 1) or 1)
+            await prime_scheduler_reducers(self.tokenizer_manager, sglang_rank_count(self.config))
 
     async def _recover_if_restarted(self) -> None:
         await self.recovery.ensure(self)

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from verl_sglang_lora.config_access import sglang_rank_count
 from verl_sglang_lora.config_guards import check_config
 from verl_sglang_lora.lora_mode import lora_plan
 from verl_sglang_lora.settings import PluginSettings
@@ -117,7 +118,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         )
         t_collect = time.perf_counter()
 
-        tp = self.config.tensor_model_parallel_size * self.config.get("data_parallel_size", 1)
+        tp = sglang_rank_count(self.config)
         for attempt in (1, 2):  # a second round only when the server went away mid-load (restart recovery)
             plan = await self.server_actor.adapter_push_plan.remote(version, adapter.fingerprint)
             if plan["action"] == "ack":

@@ -38,8 +38,8 @@ def empty_tensor_update(tp_size: int, cls: type | None = None) -> Any:
 
 async def prime_scheduler_reducers(tokenizer_manager: Any, tp_size: int) -> None:
     """Send the empty update through the server's own tokenizer manager; a refusal is an error with its message."""
-    result = await tokenizer_manager.update_weights_from_tensor(empty_tensor_update(tp_size), None)
-    success, message = (result[0], result[1]) if isinstance(result, tuple) else (bool(result), "")
+    # every supported release's TokenizerManager.update_weights_from_tensor returns (success, message)
+    success, message = await tokenizer_manager.update_weights_from_tensor(empty_tensor_update(tp_size), None)
     if not success:
         raise RuntimeError(
             "sglang_lora: SGLang refused the empty update_weights_from_tensor that prepares its scheduler for "

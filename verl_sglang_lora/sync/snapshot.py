@@ -19,6 +19,8 @@ from typing import Mapping
 
 import torch
 
+from verl_sglang_lora.sync.buckets import to_device_owned
+
 POINTER = "latest.json"
 
 
@@ -49,7 +51,9 @@ def write_snapshot(root: Path, *, name: str, version: int, fingerprint: str, glo
     target = root / name
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
     try:
-        save_file({k: _host_copy(t) for k, t in tensors.items()}, str(staging / "adapter_model.safetensors"))
+        # host tensors that own their memory: safetensors refuses tensors sharing storage (e.g. staged views)
+        host = {k: to_device_owned(t, "cpu").contiguous() for k, t in tensors.items()}
+        save_file(host, str(staging / "adapter_model.safetensors"))
         (staging / "adapter_config.json").write_text(json.dumps(dict(peft_config)))
         if target.exists():
             shutil.rmtree(target)
@@ -65,12 +69,6 @@ def write_snapshot(root: Path, *, name: str, version: int, fingerprint: str, glo
         if old.is_dir() and old.name != name and not old.name.startswith("."):
             shutil.rmtree(old, ignore_errors=True)
     return snap
-
-
-def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A host tensor that owns its memory (safetensors refuses tensors that share storage, e.g. staged views)."""
-    host = tensor.detach().to("cpu")
-    return host.clone() if host.untyped_storage().nbytes() != host.numel() * host.element_size() else host.contiguous()
 
 
 def read_snapshot(root: Path) -> AdapterSnapshot | None:
