@@ -1,38 +1,83 @@
 #!/usr/bin/env bash
-# Megatron + LoRA on the GPU host (docs/megatron_gpu.md): install the Megatron wheels carried in /tmp/mcore
-# (the TE core wheel split in <= 60 MiB parts: transformer_engine_cu13-*.whl.partNN), build TransformerEngine's
-# PyTorch extension from its sdist on the host (no wheel exists; nvcc 13.0 is there), then run the Megatron example.
-#   bash scripts/device/megatron_stack.sh build    # -> $OUT/transformer_engine_torch-*.whl (carry it next time)
-#   bash scripts/device/megatron_stack.sh run      # STEPS=4, log $OUT/e2e_megatron.log
-# Untested on the device so far: written from the facts in docs/megatron_gpu.md.
+# Megatron + LoRA on the GPU host (docs/megatron_gpu.md).
+#   bash scripts/device/megatron_stack.sh build-bg [SRC_DIR]  # start TE's PyTorch extension build (setsid: outlives the call)
+#   bash scripts/device/megatron_stack.sh build-status [WAIT_S] # its state; the wheel is copied to $OUT when done
+#   bash scripts/device/megatron_stack.sh run                   # STEPS=4, log $OUT/e2e_megatron.log
+# TransformerEngine's PyTorch extension exists only as an sdist: it is a C++ (no .cu) extension, compiled here
+# against the host's torch, CUDA toolkit and the nvidia-* pip headers (cuDNN, NCCL) plus cudnn-frontend's headers.
+# The Megatron wheels are carried to MCORE_DIR (the TE core wheel in <= 61 MB parts: *.whl.partNN) and installed
+# into their own target in one pip call (pip --target --upgrade replaces a package directory that a later call
+# touches: TE's core, Python and torch wheels all write transformer_engine/).
 set -uo pipefail
-source scripts/device/env.sh
 MC=${MCORE_DIR:-/tmp/mcore}
-install_carried() {
+TEB=${TE_BUILD_DIR:-/tmp/te_build}
+MSITE=${MCORE_SITE:-/tmp/mcore_site}
+LOGDIR=${OUT:-/tmp/out}
+mkdir -p "$LOGDIR"
+
+nvidia_includes() {  # every include dir of the nvidia-* pip packages of the host's Python (cuDNN, NCCL, ...)
+    python3 - <<'EOF'
+import glob, os
+import nvidia
+print(":".join(sorted({d for root in nvidia.__path__ for d in glob.glob(os.path.join(root, "*", "include"))
+                       + glob.glob(os.path.join(root, "*", "*", "include"))})))
+EOF
+}
+
+install_stack() {
     (cd "$MC" && for first in *.whl.part00; do [ -e "$first" ] || continue; base=${first%.part00}
         [ -f "$base" ] || cat "$base".part[0-9][0-9] > "$base"; done)
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site --upgrade "$MC"/*.whl 2>&1 \
+    local te_torch=("$TEB"/wheel/transformer_engine_torch-*.whl "$MC"/transformer_engine_torch-*.whl)
+    local wheels=("$MC"/*.whl)
+    for w in "${te_torch[@]}"; do [ -f "$w" ] && { wheels+=("$w"); break; }; done
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$MSITE" --upgrade "${wheels[@]}" 2>&1 \
         | grep -v "Target directory" || true
 }
+
 case "${1:-}" in
-build)
-    install_carried
-    START=$(date +%s)
-    NVTE_FRAMEWORK=pytorch NVTE_CUDA_ARCHS=90 MAX_JOBS=16 timeout "${BUILD_TIMEOUT:-540}" \
-        python3 -m pip wheel -q --no-index --no-build-isolation --no-deps -w "$LOGDIR" \
-        "$MC"/transformer_engine_torch-*.tar.gz > "$LOGDIR/te_build.log" 2>&1
-    echo "== TE torch build rc=$? in $(( $(date +%s) - START ))s"; tail -5 "$LOGDIR/te_build.log"; ls -la "$LOGDIR"/*.whl 2>/dev/null
+build-bg)
+    SRC=${2:-$MC}
+    mkdir -p "$TEB/wheel"; rm -f "$TEB/rc"
+    [ -f "$SRC/cudnn_frontend_include.tgz" ] && tar xzf "$SRC/cudnn_frontend_include.tgz" -C "$TEB"
+    INC="$TEB/include:$(nvidia_includes)"
+    echo "== TE torch build started $(date +%T) (log $TEB/build.log)"
+    # no PYTHONPATH: the build uses the host's torch and setuptools only
+    env -u PYTHONPATH CPLUS_INCLUDE_PATH="$INC" NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE \
+        NVTE_NO_LOCAL_VERSION=1 NVTE_CUDA_ARCHS=90 MAX_JOBS=${MAX_JOBS:-14} \
+        setsid nohup bash -c "S=\$(date +%s); python3 -m pip wheel -v --no-index --no-build-isolation --no-deps \
+            -w '$TEB/wheel' '$SRC'/transformer_engine_torch-*.tar.gz > '$TEB/build.log' 2>&1; \
+            echo \"\$? \$(( \$(date +%s) - S ))\" > '$TEB/rc'" > /dev/null 2>&1 < /dev/null &
+    sleep "${3:-15}"; tail -3 "$TEB/build.log"
+    ;;
+build-status)
+    left=${2:-0}
+    while [ ! -f "$TEB/rc" ] && [ "$left" -gt 0 ]; do sleep 5; left=$((left - 5)); done
+    if [ -f "$TEB/rc" ]; then
+        read -r rc secs < "$TEB/rc"; echo "== TE torch build rc=$rc in ${secs}s"
+        grep -E "error|Error" "$TEB/build.log" | grep -v "Werror\|-Wno" | head -20
+        ls -la "$TEB"/wheel/*.whl 2>/dev/null && cp "$TEB"/wheel/*.whl "$LOGDIR/" 2>/dev/null
+    else
+        echo "== TE torch build still running ($(grep -c "Building\|\[[0-9]*/[0-9]*\]" "$TEB/build.log") progress lines)"
+        grep -oE "\[[0-9]+/[0-9]+\]" "$TEB/build.log" | tail -1
+    fi
+    tail -3 "$TEB/build.log"
     ;;
 run)
-    install_carried
-    python3 -c "import transformer_engine.pytorch, megatron.bridge, megatron.core; print('megatron stack imports')" || exit 1
+    [ -d /tmp/site/sglang ] || { echo "the FSDP bundle is not installed (run validate_all.sh first)"; exit 1; }
+    bash scripts/device/install_plugin.sh 2>&1 | tail -1
+    source scripts/device/env.sh
+    install_stack
+    export PYTHONPATH=$PYTHONPATH:$MSITE
+    [ -f .whl/triton_cache.tgz ] && [ ! -d "$TRITON_CACHE_DIR" ] && tar xzf .whl/triton_cache.tgz -C "$(dirname "$TRITON_CACHE_DIR")"
+    python3 -c "import transformer_engine.pytorch, megatron.core; from megatron.bridge import AutoBridge; \
+from megatron.bridge.peft.utils import *; print('megatron stack imports: TE', transformer_engine.__version__)" 2>&1 | tail -3
     START=$(date +%s)
     STEPS=${STEPS:-4} timeout "${E2E_TIMEOUT:-540}" bash examples/run_qwen3_lora_megatron.sh "${SGLANG_GPU_ARGS[@]}" \
-        ++actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused \
+        ++actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused "$@" \
         > "$LOGDIR/e2e_megatron.log" 2>&1
     echo "== e2e_megatron rc=$? wall=$(( $(date +%s) - START ))s"
     python3 scripts/device/step_table.py "$LOGDIR/e2e_megatron.log"
-    grep -E "sglang_lora|Error|Traceback" "$LOGDIR/e2e_megatron.log" | grep -v "UserWarning" | tail -15
+    grep -E "sglang_lora|Error|error:|Traceback" "$LOGDIR/e2e_megatron.log" | grep -v "UserWarning\|warnings.warn" | tail -25
     ;;
-*) echo "usage: megatron_stack.sh build|run" >&2; exit 2 ;;
+*) echo "usage: megatron_stack.sh build-bg [SRC_DIR] | build-status [WAIT_S] | run [hydra overrides]" >&2; exit 2 ;;
 esac
