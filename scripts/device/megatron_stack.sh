@@ -63,6 +63,7 @@ build-status)
     tail -3 "$TEB/build.log"
     ;;
 run)
+    shift
     [ -d /tmp/site/sglang ] || { echo "the FSDP bundle is not installed (run validate_all.sh first)"; exit 1; }
     bash scripts/device/install_plugin.sh 2>&1 | tail -1
     source scripts/device/env.sh
@@ -73,7 +74,7 @@ run)
 from megatron.bridge.peft.utils import *; print('megatron stack imports: TE', transformer_engine.__version__)" 2>&1 | tail -3
     START=$(date +%s)
     STEPS=${STEPS:-4} timeout "${E2E_TIMEOUT:-540}" bash examples/run_qwen3_lora_megatron.sh "${SGLANG_GPU_ARGS[@]}" \
-        ++actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused "$@" \
+        ++actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend="${ATTN_BACKEND:-unfused}" "$@" \
         > "$LOGDIR/e2e_megatron.log" 2>&1
     echo "== e2e_megatron rc=$? wall=$(( $(date +%s) - START ))s"
     python3 scripts/device/step_table.py "$LOGDIR/e2e_megatron.log"
