@@ -128,3 +128,35 @@ def test_relaunch_reads_the_checkpoint_only_where_verl_asked_for_dummy_weights()
     assert checkpoint_weights({"model_path": "m", "load_format": "safetensors"})["load_format"] == "safetensors"
     cls = _server_args_cls()
     assert "load_format" in cls.__dataclass_fields__  # the key exists in the installed SGLang's ServerArgs
+
+
+def _run_sglang_deprecated_args_check(port: int):
+    """SGLang's own ``_handle_deprecated_args`` (where 0.5.12 derives and range-checks the gRPC port)."""
+    cls = _server_args_cls()
+    if not hasattr(cls, "_handle_deprecated_args"):
+        pytest.skip("this SGLang has no _handle_deprecated_args")
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+                for f in dataclasses.fields(cls)}
+    ns = SimpleNamespace(**{**defaults, "port": port})
+    cls._handle_deprecated_args(ns)
+    return ns
+
+
+def test_benchmark_server_pins_the_grpc_port_sglang_would_derive_out_of_range(monkeypatch):
+    """The H200 benchmark launch on port 58989 failed in SGLang's check; the pinned gRPC port passes it."""
+    from verl_sglang_lora.sglang_process import free_ports, launch_env
+
+    monkeypatch.delenv("SGLANG_GRPC_PORT", raising=False)
+    probe = _run_sglang_deprecated_args_check(30000)
+    if getattr(probe, "grpc_port", None) is None:
+        pytest.skip("this SGLang derives no gRPC port")
+    with pytest.raises(ValueError, match="SGLANG_GRPC_PORT"):
+        _run_sglang_deprecated_args_check(58989)
+    port, grpc = free_ports(2)
+    assert port != grpc
+    env = launch_env(grpc, base={})
+    monkeypatch.setenv("SGLANG_GRPC_PORT", env["SGLANG_GRPC_PORT"])
+    assert _run_sglang_deprecated_args_check(58989).grpc_port == grpc
+    # a port the user pinned is kept
+    assert launch_env(grpc, base={"SGLANG_GRPC_PORT": "51000"})["SGLANG_GRPC_PORT"] == "51000"
