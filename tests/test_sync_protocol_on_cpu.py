@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
-from verl_sglang_lora.sync import buckets as buckets_module
-from verl_sglang_lora.sync.buckets import STAGING_ALIGN, LoRAAccumulator, fingerprint, iter_buckets, stage_to_device
+from verl_sglang_lora.sync.buckets import LoRAAccumulator, fingerprint, iter_buckets
 from verl_sglang_lora.sync.canary import CanaryError, judge_canary
 from verl_sglang_lora.sync.versions import AdapterVersions, adapter_name
 
@@ -55,66 +54,15 @@ def test_accumulator_clones_views_of_a_reused_buffer(tiny_qwen3):
     assert adapter.module_leaves() == ["q_proj"]
 
 
-def _host_tensors() -> list[torch.Tensor]:
-    reused = torch.arange(40, dtype=torch.float32)
-    return [
-        torch.randn(4, 64),                                  # fp32
-        torch.randn(64, 4).to(torch.bfloat16),               # bf16, 512 bytes
-        torch.randn(3, 5).to(torch.bfloat16),                # 30 bytes: the next one starts on the alignment
-        reused[8:24].view(4, 4),                             # a view into a buffer the producer reuses
-        torch.randn(6, 4).t(),                               # non-contiguous
-        torch.zeros(0, 4),                                   # empty
-    ]
-
-
-def test_staging_packs_host_tensors_into_one_owned_buffer():
-    host = _host_tensors()
-    want = [t.clone() for t in host]
-    staged = stage_to_device(host, "cpu", pin=False)
-    for t in host:  # the producer overwrites its tensors after handing them over
-        t.fill_(7) if t.numel() else None
-    assert len(staged) == len(want)
-    storages = {s.untyped_storage().data_ptr() for s in staged if s.numel()}
-    assert len(storages) == 1  # one buffer, filled by one copy to the device
-    for got, exp in zip(staged, want):
-        assert got.dtype == exp.dtype and got.shape == exp.shape and torch.equal(got, exp)
-        assert (got.storage_offset() * got.element_size()) % STAGING_ALIGN == 0
-
-
-def test_accumulator_stages_host_buckets_for_an_accelerator(tiny_qwen3, monkeypatch):
-    """With a device that is not the host, a bucket of host tensors goes through one staged copy."""
-    names = ModelWeightNames.from_model_path(tiny_qwen3)
-    seen = []
-    real = buckets_module.stage_to_device
-
-    def record(tensors, device, pin=True):
-        seen.append((len(tensors), str(device), pin))
-        return real(tensors, "cpu", pin=False)  # this host has no accelerator to copy to
-
-    monkeypatch.setattr(buckets_module, "stage_to_device", record)
-    prefix = "base_model.model.model.layers.0.self_attn.q_proj"
-    a, b = torch.randn(4, 64), torch.randn(64, 4)
-    acc = LoRAAccumulator(resolve=names.resolve_lora, device="meta")
-    acc.add_bucket([(f"{prefix}.lora_A.weight", a), (f"{prefix}.lora_B.weight", b)])
-    adapter = acc.finish()
-    assert seen == [(2, "meta", torch.cuda.is_available())]
-    assert torch.equal(adapter.tensors[f"{prefix}.lora_A.weight"], a)
-    assert torch.equal(adapter.tensors[f"{prefix}.lora_B.weight"], b)
-    assert adapter.nbytes == (4 * 64 + 64 * 4) * 4
-    with pytest.raises(KeyError):  # an unknown name fails before anything is copied
-        acc.add_bucket([("base_model.model.model.layers.0.self_attn.nope.lora_A.weight", a),
-                        ("base_model.model.model.layers.0.self_attn.nope.lora_B.weight", b)])
-    assert len(seen) == 1
-
-
-def test_snapshot_of_staged_views_writes_and_reads_back(tmp_path):
-    """safetensors refuses tensors that share storage; staged views all do."""
+def test_snapshot_of_views_into_one_buffer_writes_and_reads_back(tmp_path):
+    """safetensors refuses tensors that share storage; a producer's views into one flat buffer all do."""
     from safetensors.torch import load_file
 
     from verl_sglang_lora.sync.snapshot import read_snapshot, write_snapshot
 
     prefix = "base_model.model.model.layers.0.self_attn.q_proj"
-    a, b = stage_to_device([torch.randn(4, 64), torch.randn(64, 4).to(torch.bfloat16)], "cpu", pin=False)
+    flat = torch.randn(2 * 4 * 64)
+    a, b = flat[: 4 * 64].view(4, 64), flat[4 * 64 :].view(64, 4)
     write_snapshot(tmp_path, name="verl_lora_v1", version=1, fingerprint="fp", global_steps=1,
                    tensors={f"{prefix}.lora_A.weight": a, f"{prefix}.lora_B.weight": b},
                    peft_config={"r": 4, "lora_alpha": 4, "target_modules": ["q_proj"], "peft_type": "LORA"})

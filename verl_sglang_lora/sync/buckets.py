@@ -2,9 +2,12 @@
 
 Producers hand LoRA tensors over lazily (often on CPU, layer by layer). They are grouped into buckets of at
 most ``bucket_bytes`` -- never splitting the lora_A/lora_B pair of a module -- moved to the device (CUDA-IPC
-serialization needs device tensors, seed layer 5: host tensors of a bucket in one staged copy, device tensors
-cloned when they are views into a buffer the producer reuses), and handed to SGLang in a single load after the
-last bucket.
+serialization needs device tensors, seed layer 5; tensors cloned when they are views into a buffer the producer
+reuses), and handed to SGLang in a single load after the last bucket.
+
+One copy per tensor, not one staged copy per bucket: packing a bucket into one host buffer first was tried and
+measured on the H200 (docs/benchmarks.md, session 5): no faster in isolation (12 ms either way for 392 tensors), and
+1.2-1.6 s instead of 21 ms in the benchmark, next to a running SGLang server (cause not isolated).
 """
 
 from __future__ import annotations
@@ -59,36 +62,6 @@ def to_device_owned(tensor: torch.Tensor, device: torch.device | str | None) -> 
     return tensor.clone() if shares_buffer or not tensor.is_contiguous() else tensor
 
 
-STAGING_ALIGN = 64  # bytes: every staged tensor starts at an offset valid for any dtype
-
-
-def stage_to_device(tensors: list[torch.Tensor], device: torch.device | str, pin: bool = True) -> list[torch.Tensor]:
-    """Host tensors -> one device buffer with a single copy; one view per input, in order, owning no host memory.
-
-    verl's FSDP engine hands the adapter over on the host as hundreds of small tensors; one host-to-device copy per
-    tensor was the largest part of the 0.6B adapter's sync on the H200 (collect 21 ms of 53 ms, docs/benchmarks.md).
-    Here the tensors are packed into one (pinned) host buffer and copied once.
-    """
-    spans, total = [], 0
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        spans.append((total, nbytes))
-        total += -(-nbytes // STAGING_ALIGN) * STAGING_ALIGN
-    host = torch.empty(total, dtype=torch.uint8, pin_memory=pin)
-    for t, (start, nbytes) in zip(tensors, spans):
-        if nbytes:
-            host[start : start + nbytes].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
-    staged = host.to(device, non_blocking=False)
-    return [staged[start : start + nbytes].view(t.dtype).view(t.shape) for t, (start, nbytes) in zip(tensors, spans)]
-
-
-def _stage_bucket(bucket: list[tuple[str, torch.Tensor]], device: torch.device | str | None) -> bool:
-    """Stage when host tensors go to an accelerator (tensors already on a device move one by one, if at all)."""
-    if device is None or torch.device(device).type == "cpu" or len(bucket) < 2:
-        return False
-    return all(t.device.type == "cpu" for _, t in bucket)
-
-
 @dataclass
 class AccumulatedAdapter:
     tensors: dict[str, torch.Tensor]
@@ -116,10 +89,7 @@ class LoRAAccumulator:
     def add_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
         self.num_buckets += 1
         resolved = [self.resolve(name) for name, _ in bucket]  # unknown names fail before any copy
-        if _stage_bucket(bucket, self.device):
-            moved = stage_to_device([t for _, t in bucket], self.device, pin=torch.cuda.is_available())
-        else:
-            moved = [to_device_owned(t, self.device) for _, t in bucket]
+        moved = [to_device_owned(t, self.device) for _, t in bucket]
         for (sent_name, module_path, ab), owned in zip(resolved, moved):
             if sent_name in self.tensors:
                 raise ValueError(f"LoRA tensor {sent_name!r} arrived twice in one sync")
