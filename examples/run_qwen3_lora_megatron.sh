@@ -11,6 +11,9 @@ ROLLOUT_TP=${ROLLOUT_TP:-1}
 ACTOR_TP=${ACTOR_TP:-1}
 ACTOR_PP=${ACTOR_PP:-1}
 LORA_RANK=${LORA_RANK:-32}
+# TE attention: flash (verl's default) needs the flash-attn package; fused is cuDNN; unfused needs neither (the
+# H200 run used unfused: fused failed in the backward there with a self-built TE, docs/megatron_gpu.md)
+ATTN_BACKEND=${ATTN_BACKEND:-flash}
 EXP=${EXP:-qwen3_lora_sglang_megatron}
 ASSETS=${ASSETS:-$PWD/.assets/tiny}
 
@@ -45,6 +48,7 @@ exec "$PYTHON" -m verl.trainer.main_ppo \
     actor_rollout_ref.model.lora.alpha="$LORA_RANK" \
     actor_rollout_ref.actor.megatron.tensor_model_parallel_size="$ACTOR_TP" \
     actor_rollout_ref.actor.megatron.pipeline_model_parallel_size="$ACTOR_PP" \
+    actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend="$ATTN_BACKEND" \
     ++actor_rollout_ref.actor.megatron.override_transformer_config.gradient_accumulation_fusion=False \
     ++actor_rollout_ref.ref.megatron.override_transformer_config.gradient_accumulation_fusion=False \
     actor_rollout_ref.actor.optim.lr=3e-6 \

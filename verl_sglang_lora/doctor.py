@@ -416,9 +416,19 @@ class Doctor:
             except (ImportError, ValueError):
                 return False
 
+        def distributed(name: str) -> bool:
+            try:
+                importlib.metadata.version(name)
+                return True
+            except importlib.metadata.PackageNotFoundError:
+                return False
+
         needed = {"megatron.core": "megatron-core", "megatron.bridge": "megatron-bridge",
-                  "transformer_engine": "transformer-engine", "transformer_engine_torch": "transformer-engine-torch"}
+                  "transformer_engine": "transformer-engine"}
         missing = [pkg for module, pkg in needed.items() if not present(module)]
+        # TE's torch extension is no top-level module: its wheel puts the library under transformer_engine/wheel_lib
+        if not distributed("transformer_engine_torch"):
+            missing.append("transformer-engine-torch")
         backend = str(_select(cfg, "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend"))
         notes = []
         if backend == "flash" and not present("flash_attn"):
@@ -432,7 +442,8 @@ class Doctor:
         detail = "; ".join(notes)
         fix = "on the training machine: pip install megatron-core megatron-bridge 'transformer-engine[pytorch]'"
         if notes:
-            fix += "; or actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused"
+            fix += ("; or actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=unfused "
+                    "(fused, cuDNN, failed in the backward on the H200 with a self-built TE)")
         self.add("megatron stack", WARN, detail, fix + " (docs/megatron_gpu.md)")
 
     def check_overlay(self, cfg: Any) -> None:
