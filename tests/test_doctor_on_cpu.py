@@ -92,6 +92,18 @@ def test_good_megatron_config_passes_as_a_subprocess(tiny_qwen3):
     # another machine than the training one)
     assert status(table, "megatron stack") == WARN
     assert "megatron-bridge" in table["megatron stack"][0][1] and "transformer-engine-torch" in table["megatron stack"][0][1]
+    # verl's default attention backend (flash) without flash-attn: named, and the backend that needs neither offered
+    assert "flash-attn" in table["megatron stack"][0][1]
+    assert "attention_backend=unfused" in proc.stdout.split("How to fix:")[1]
+
+
+def test_megatron_stack_offers_no_backend_switch_when_the_backend_needs_nothing_missing(tiny_qwen3, capsys):
+    code, out = doctor(capsys, "--config-name", "ppo_megatron_trainer", f"actor_rollout_ref.model.path={tiny_qwen3}",
+                       *MEGATRON_LORA, "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=unfused")
+    table = rows(out)
+    assert code == 0, out
+    assert status(table, "megatron stack") == WARN and "flash-attn" not in table["megatron stack"][0][1]
+    assert "attention_backend=unfused" not in out.split("How to fix:")[1]
 
 
 def test_regex_target_modules_fail_naming_the_setting(tiny_qwen3, capsys):

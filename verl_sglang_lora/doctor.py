@@ -431,7 +431,8 @@ class Doctor:
             missing.append("transformer-engine-torch")
         backend = str(_select(cfg, "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend"))
         notes = []
-        if backend == "flash" and not present("flash_attn"):
+        flash_missing = backend == "flash" and not present("flash_attn")
+        if flash_missing:
             notes.append("attention_backend=flash needs the flash-attn package, not installed")
         if not missing and not notes:
             self.add("megatron stack", OK, "megatron-core, megatron-bridge, TransformerEngine (torch) importable")
@@ -441,7 +442,7 @@ class Doctor:
                             "Megatron-Bridge, which imports TransformerEngine's torch extension)")
         detail = "; ".join(notes)
         fix = "on the training machine: pip install megatron-core megatron-bridge 'transformer-engine[pytorch]'"
-        if notes:
+        if flash_missing:
             fix += ("; or actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=unfused "
                     "(fused, cuDNN, failed in the backward on the H200 with a self-built TE)")
         self.add("megatron stack", WARN, detail, fix + " (docs/megatron_gpu.md)")
