@@ -51,7 +51,7 @@ def write_snapshot(root: Path, *, name: str, version: int, fingerprint: str, glo
     target = root / name
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
     try:
-        # host tensors that own their memory: safetensors refuses tensors sharing storage (e.g. a producer's views into one buffer)
+        # host tensors that own their memory: safetensors refuses tensors sharing storage (views into one buffer)
         host = {k: to_device_owned(t, "cpu").contiguous() for k, t in tensors.items()}
         save_file(host, str(staging / "adapter_model.safetensors"))
         (staging / "adapter_config.json").write_text(json.dumps(dict(peft_config)))
