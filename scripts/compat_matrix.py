@@ -45,10 +45,11 @@ SCHEMA = 1
 
 GPU_EVIDENCE = {
     ("0.9.1", "0.5.12"): (
-        "partial, docs/validation.md (2026-12-02, one H200, tp=1, FSDP2): a GPU test loaded the plugin's adapter "
-        "request into a real SGLang 0.5.12 server and it changed the served log-probs; in a verl GRPO run "
-        "`/load_lora_adapter_from_tensors` accepted the plugin's request. No GRPO step completed; Megatron, tp>1 "
-        "and merge mode were not run."
+        "runs, docs/validation.md (2026-12-02, one H200, tp=1): GRPO with rollout.name=sglang_lora completed "
+        "4-5 steps with FSDP2 and 4 steps with Megatron (Megatron-Bridge LoRA, TransformerEngine, "
+        "attention_backend=unfused), every adapter sync accepted, a trained adapter served (canary after every "
+        "sync); merge mode and no LoRA 2 steps each; a killed server recovered with no step lost; tests/gpu passed. "
+        "Not run: tp>1, actor TP/PP>1, more than one GPU."
     ),
 }
 GPU_NONE = "not exercised (CPU contract only)"
