@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU validation still owed (docs/validation.md), logs under $OUT.
-#   bash scripts/device/validate_all.sh [FIRST_STEP=1] [BUDGET_S=570]        steps FIRST..7 in order
+#   bash scripts/device/validate_all.sh [FIRST_STEP=1] [BUDGET_S=570]        steps FIRST..8 in order
 #   ONLY="7 6" bash scripts/device/validate_all.sh 1 570                       just these, in this order
-# Steps: 1 FSDP2 adapter run, 2 stock sglang, 3 merge, 4 no LoRA, 5 tests/gpu, 6 benchmarks, 7 kill-and-recover
+# Steps: 1 FSDP2 adapter run, 2 stock sglang, 3 merge, 4 no LoRA, 5 tests/gpu, 6 benchmarks, 7 kill-and-recover,
+# 8 Megatron (needs the Megatron wheels in /tmp/mcore and the TE torch build: scripts/device/megatron_stack.sh)
 # (7 is also a trained-adapter run: 6 steps with the graded offline reward, the server killed after version 3).
 # Each step gets min(its own cap, what is left of BUDGET_S); a step that would get < 90 s is left for the next
 # call, printed as "NEXT_STEPS=..." (a device call is limited to 600 s). A verl run needs ~3 min to its first
@@ -33,6 +34,8 @@ step() {
     5) run 300 gpu_tests ;;
     6) run 500 benchmarks ;;
     7) run 480 env STEPS="${KILL_STEPS:-6}" KILL_AFTER_VERSION="${KILL_AFTER_VERSION:-3}" bash scripts/device/kill_recover.sh ;;
+    8) if [ -d "${MCORE_DIR:-/tmp/mcore}" ]; then run 480 bash scripts/device/megatron_stack.sh run
+       else echo "== step 8 skipped: no Megatron wheels in ${MCORE_DIR:-/tmp/mcore} (docs/megatron_gpu.md)"; fi ;;
     *) echo "no step $1" >&2 ;;
     esac
 }
@@ -47,7 +50,7 @@ run() {
     return 0
 }
 
-steps=${ONLY:-$(seq -s ' ' "$FIRST" 7)}
+steps=${ONLY:-$(seq -s ' ' "$FIRST" 8)}
 left_over=()
 for n in $steps; do
     if [ ${#left_over[@]} -gt 0 ]; then left_over+=("$n"); continue; fi  # keep the order after a deferral
