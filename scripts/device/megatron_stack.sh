@@ -69,16 +69,11 @@ run)
     source scripts/device/env.sh
     install_stack
     export PYTHONPATH=$PYTHONPATH:$MSITE
-    [ -f .whl/triton_cache.tgz ] && [ ! -d "$TRITON_CACHE_DIR" ] && tar xzf .whl/triton_cache.tgz -C "$(dirname "$TRITON_CACHE_DIR")"
     python3 -c "import transformer_engine.pytorch, megatron.core; from megatron.bridge import AutoBridge; \
 from megatron.bridge.peft.utils import *; print('megatron stack imports: TE', transformer_engine.__version__)" 2>&1 | tail -3
-    START=$(date +%s)
     # no flash-attn wheel here; TE's cuDNN fused attention failed in the backward on the H200 (docs/megatron_gpu.md)
-    ATTN_BACKEND=${ATTN_BACKEND:-unfused} STEPS=${STEPS:-4} timeout "${E2E_TIMEOUT:-540}" \
-        bash examples/run_qwen3_lora_megatron.sh "${SGLANG_GPU_ARGS[@]}" "$@" > "$LOGDIR/e2e_megatron.log" 2>&1
-    echo "== e2e_megatron rc=$? wall=$(( $(date +%s) - START ))s"
-    python3 scripts/device/step_table.py "$LOGDIR/e2e_megatron.log"
-    grep -E "sglang_lora|Error|error:|Traceback" "$LOGDIR/e2e_megatron.log" | grep -v "UserWarning\|warnings.warn" | tail -25
+    ATTN_BACKEND=${ATTN_BACKEND:-unfused} E2E_TIMEOUT=${E2E_TIMEOUT:-540} EXAMPLE=examples/run_qwen3_lora_megatron.sh \
+        bash scripts/device/e2e.sh e2e_megatron "$@"
     ;;
 *) echo "usage: megatron_stack.sh build-bg [SRC_DIR] | build-status [WAIT_S] | run [hydra overrides]" >&2; exit 2 ;;
 esac

@@ -16,8 +16,6 @@ T0=$(date +%s)
 [ -d /tmp/site/sglang ] || bash scripts/offline_bundle/install.sh /tmp/whl /tmp/site > "${OUT:-/tmp/out}/install.log" 2>&1
 bash scripts/device/install_plugin.sh 2>&1 | tail -1
 source scripts/device/env.sh
-# Triton kernels from an earlier machine (copy $OUT/triton_cache.tgz of the last call to .whl/ and carry it)
-[ -f .whl/triton_cache.tgz ] && [ ! -d "$TRITON_CACHE_DIR" ] && tar xzf .whl/triton_cache.tgz -C "$(dirname "$TRITON_CACHE_DIR")"
 
 gpu_tests() { timeout "$STEP_TIMEOUT" python3 -m pytest tests/gpu -q -p no:cacheprovider > "$LOGDIR/gpu_tests.log" 2>&1; tail -5 "$LOGDIR/gpu_tests.log"; }
 benchmarks() {
