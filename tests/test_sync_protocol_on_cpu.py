@@ -54,6 +54,17 @@ def test_accumulator_clones_views_of_a_reused_buffer(tiny_qwen3):
     assert adapter.module_leaves() == ["q_proj"]
 
 
+def test_accumulator_resolves_a_whole_bucket_before_moving_any_tensor(tiny_qwen3):
+    """An unknown name fails the bucket before anything of it is copied or recorded."""
+    names = ModelWeightNames.from_model_path(tiny_qwen3)
+    acc = LoRAAccumulator(resolve=names.resolve_lora, device="cpu")
+    prefix = "base_model.model.model.layers.0.self_attn.q_proj"
+    with pytest.raises(KeyError):
+        acc.add_bucket([(f"{prefix}.lora_A.weight", torch.randn(4, 64)),
+                        ("base_model.model.model.layers.0.self_attn.nope.lora_B.weight", torch.randn(64, 4))])
+    assert acc.tensors == {} and acc.nbytes == 0 and acc._modules == []
+
+
 def test_snapshot_of_views_into_one_buffer_writes_and_reads_back(tmp_path):
     """safetensors refuses tensors that share storage; a producer's views into one flat buffer all do."""
     from safetensors.torch import load_file
