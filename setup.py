@@ -5,7 +5,7 @@ Version ranges follow docs/compatibility.md. Note: `verl[sglang]==0.9.1` cannot 
 README.md, Install, gives a recipe that works.
 """
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="verl-sglang-lora",
@@ -14,16 +14,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
-    packages=[
-        "verl_sglang_lora",
-        "verl_sglang_lora.sglang_contract",
-        "verl_sglang_lora.sync",
-        "verl_sglang_lora.configs",
-        "verl_sglang_lora.configs.sglang_lora",
-    ],
+    packages=find_packages(include=["verl_sglang_lora", "verl_sglang_lora.*"]),
     # configs/ at the top level is a link to verl_sglang_lora/configs: the overlay must live inside the package so
     # that pkg://verl_sglang_lora.configs resolves however the package is imported (installed, editable, or cwd).
-    package_data={"verl_sglang_lora": ["*.json"], "verl_sglang_lora.configs.sglang_lora": ["*.yaml"]},
+    package_data={"verl_sglang_lora": ["*.json"], "verl_sglang_lora.tools": ["*.json"], "verl_sglang_lora.configs.sglang_lora": ["*.yaml"]},
     install_requires=[
         "verl>=0.8.0,<0.10",
         "torch",
@@ -40,6 +34,6 @@ setup(
     },
     entry_points={
         "verl.plugins": ["sglang_lora = verl_sglang_lora.register"],
-        "console_scripts": ["verl-sglang-lora = verl_sglang_lora.cli:main"],
+        "console_scripts": ["verl-sglang-lora = verl_sglang_lora.tools.cli:main"],
     },
 )

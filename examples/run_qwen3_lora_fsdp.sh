@@ -17,14 +17,14 @@ STRATEGY=${STRATEGY:-fsdp2}
 ASSETS=${ASSETS:-$PWD/.assets/tiny}
 
 if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
-    "$PYTHON" -m verl_sglang_lora.offline_assets --out "$ASSETS" >/dev/null
+    "$PYTHON" -m verl_sglang_lora.tools.offline_assets --out "$ASSETS" >/dev/null
     MODEL_PATH=${MODEL_PATH:-$ASSETS/model}
     DATA=${DATA:-$ASSETS/testset}
     SMALL=(data.train_batch_size=8 data.max_prompt_length=128 data.max_response_length=64
            actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8
            actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8
            # a random model never answers right: graded credit gives GRPO non-zero advantages (offline_reward.py)
-           reward.custom_reward_function.path=pkg://verl_sglang_lora.offline_reward reward.custom_reward_function.name=compute_score)
+           reward.custom_reward_function.path=pkg://verl_sglang_lora.tools.offline_reward reward.custom_reward_function.name=compute_score)
 else
     SMALL=(data.train_batch_size=16 data.max_prompt_length=512 data.max_response_length=256
            actor_rollout_ref.actor.ppo_mini_batch_size=16 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4

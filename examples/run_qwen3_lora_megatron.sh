@@ -18,12 +18,12 @@ EXP=${EXP:-qwen3_lora_sglang_megatron}
 ASSETS=${ASSETS:-$PWD/.assets/tiny}
 
 if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
-    "$PYTHON" -m verl_sglang_lora.offline_assets --out "$ASSETS" >/dev/null
+    "$PYTHON" -m verl_sglang_lora.tools.offline_assets --out "$ASSETS" >/dev/null
     MODEL_PATH=${MODEL_PATH:-$ASSETS/model}
     DATA=${DATA:-$ASSETS/testset}
     BATCH=8; PROMPT=128; RESPONSE=64; MICRO=8
     # a random model never answers right: graded credit gives GRPO non-zero advantages (offline_reward.py)
-    REWARD=(reward.custom_reward_function.path=pkg://verl_sglang_lora.offline_reward reward.custom_reward_function.name=compute_score)
+    REWARD=(reward.custom_reward_function.path=pkg://verl_sglang_lora.tools.offline_reward reward.custom_reward_function.name=compute_score)
 else
     BATCH=16; PROMPT=512; RESPONSE=256; MICRO=4
     REWARD=()

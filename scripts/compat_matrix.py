@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the verl x SGLang compatibility matrix from probes of the real releases, on CPU.
 
-    .venv/bin/python scripts/compat_matrix.py            # writes docs/compatibility.md + verl_sglang_lora/compat_matrix.json
+    .venv/bin/python scripts/compat_matrix.py            # writes docs/compatibility.md + verl_sglang_lora/tools/compat_matrix.json
     .venv/bin/python scripts/compat_matrix.py --no-write # print the tables only
 
 For every SGLang release S and verl release V it runs ``tests/compat_probe.py sglang --stock`` with
@@ -368,7 +368,7 @@ def render_md(matrix: dict, command: str) -> str:
     L: list[str] = []
     L += ["# Compatibility: verl x SGLang", "",
           f"Generated {gen['date']} by `{command}` ({gen['wall_s']} s on {gen['host']}; {gen['python']}).",
-          "Do not edit by hand: rerun the command. Data: `verl_sglang_lora/compat_matrix.json` (read by "
+          "Do not edit by hand: rerun the command. Data: `verl_sglang_lora/tools/compat_matrix.json` (read by "
           "`verl-sglang-lora doctor`).", "",
           "Every row below comes from `tests/compat_probe.py`, run once per cell in a fresh interpreter with the "
           "release dirs first on `PYTHONPATH` (`.cache/sglang/S`, `.cache/verl/V`; verl 0.9.1 is the venv's), "

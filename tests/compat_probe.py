@@ -340,7 +340,7 @@ def lora_load_patches_reducers(sg: SGLang) -> bool:
 
 
 def plugin_contract(sg: SGLang) -> dict:
-    from verl_sglang_lora.lora_mode import LoRAPlan
+    from verl_sglang_lora.runtime.lora_plan import LoRAPlan
     from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
     from verl_sglang_lora.sglang_contract.lora_request import (
         build_lora_request,
@@ -648,7 +648,7 @@ def stock_path(sg: SGLang) -> dict:
 def verl_probe() -> dict:
     import verl
 
-    from verl_sglang_lora.registration import registration_state
+    from verl_sglang_lora.verl_glue.registration import registration_state
 
     out: dict[str, Any] = {"verl_version": verl.__version__, "verl_file": verl.__file__}
     out["sglang_pin"] = sglang_pin()
@@ -657,7 +657,7 @@ def verl_probe() -> dict:
     import verl_sglang_lora.register  # noqa: F401
 
     out["after_import_register"] = registration_state()
-    code = ("import json, verl\nfrom verl_sglang_lora.registration import registration_state\n"
+    code = ("import json, verl\nfrom verl_sglang_lora.verl_glue.registration import registration_state\n"
             "print(json.dumps(registration_state()))\n")
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "verl_sglang_lora.register", "VERL_USE_EXTERNAL_PLUGINS": "none"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
@@ -669,7 +669,7 @@ def verl_probe() -> dict:
         "ppo_megatron_trainer": ["actor_rollout_ref.model.lora.rank=32", "actor_rollout_ref.model.lora.alpha=32"],
     }
     # the examples' offline-default reward key (reward.custom_reward_function) must exist in every release's tree
-    reward = ["reward.custom_reward_function.path=pkg://verl_sglang_lora.offline_reward",
+    reward = ["reward.custom_reward_function.path=pkg://verl_sglang_lora.tools.offline_reward",
               "reward.custom_reward_function.name=compute_score"]
     out["compose"] = {name: step(lambda name=name: compose(name, [f"actor_rollout_ref.model.path={model_dir}",
                                                                   *lora[name], *reward]))
@@ -699,8 +699,8 @@ def compose(config_name: str, overrides: list[str]) -> dict:
     from verl.utils.config import omega_conf_to_dataclass
 
     import verl
-    from verl_sglang_lora.lora_mode import lora_plan
-    from verl_sglang_lora.settings import PluginSettings
+    from verl_sglang_lora.runtime.lora_plan import lora_plan
+    from verl_sglang_lora.runtime.settings import PluginSettings
 
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     GlobalHydra.instance().clear()

@@ -184,9 +184,9 @@ def start_probe_server(model_path: str, snapshot_dir: str) -> tuple[Any, Any]:
     import ray
     from verl.workers.rollout.replica import RolloutMode
 
-    from verl_sglang_lora.doctor import compose_config
-    from verl_sglang_lora.recovery import ray_restart_options
-    from verl_sglang_lora.server import SGLangLoRARollout
+    from verl_sglang_lora.tools.doctor import compose_config
+    from verl_sglang_lora.runtime.recovery import ray_restart_options
+    from verl_sglang_lora.runtime.server import SGLangLoRARollout
 
     cfg = compose_config("ppo_trainer", [
         f"actor_rollout_ref.model.path={model_path}", "actor_rollout_ref.model.lora_rank=8",

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from verl_sglang_lora import benchmarks
+from verl_sglang_lora.tools import benchmarks
 
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
             intermediate_size=128, vocab_size=512, tie_word_embeddings=True)

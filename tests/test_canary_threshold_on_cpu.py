@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl_sglang_lora.sync.canary import INCONCLUSIVE_EFFECT, CanaryExpectation, canary_prompt_ids, judge_canary
+from verl_sglang_lora.runtime.sync.canary import INCONCLUSIVE_EFFECT, CanaryExpectation, canary_prompt_ids, judge_canary
 
 
 def test_adapters_above_the_inconclusive_bound_move_bf16_log_probs(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
-    from verl_sglang_lora import offline_assets
+    from verl_sglang_lora.tools import offline_assets
 
     offline_assets.write_offline_assets(str(tmp_path), seed=0, n_train=8, n_test=2)
     model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "model", dtype=torch.bfloat16)

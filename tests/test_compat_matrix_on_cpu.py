@@ -233,4 +233,4 @@ def test_overlay_composes(probes, version, config_name, engine):
     assert res["ok"], res
     assert res["model_engine"] == engine and res["rollout_type"] == "RolloutConfig"
     assert res["lora_as_adapter"] and res["lora_rank"] == 32
-    assert res["reward_fn"] == "pkg://verl_sglang_lora.offline_reward"  # the examples' offline reward key
+    assert res["reward_fn"] == "pkg://verl_sglang_lora.tools.offline_reward"  # the examples' offline reward key

@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("verl")
 pytest.importorskip("hydra")
 
-from verl_sglang_lora.cli import main  # noqa: E402
-from verl_sglang_lora.doctor import (  # noqa: E402
+from verl_sglang_lora.tools.cli import main  # noqa: E402
+from verl_sglang_lora.tools.doctor import (  # noqa: E402
     FAIL,
     OK,
     OVERLAY_GROUP,
@@ -237,7 +237,7 @@ def test_source_reading_agrees_with_the_imported_struct():
 
 def test_help_is_instant_and_imports_nothing_heavy():
     code = (
-        "import sys\nfrom verl_sglang_lora.cli import main\n"
+        "import sys\nfrom verl_sglang_lora.tools.cli import main\n"
         "try:\n    main(['doctor', '--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
         "print(sorted(m for m in ('verl', 'torch', 'hydra', 'sglang', 'ray') if m in sys.modules))\n"
     )

@@ -44,7 +44,7 @@ def test_example_composes_and_its_offline_reward_varies_within_a_group(script: s
     pd = pytest.importorskip("pandas")
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    from verl_sglang_lora.doctor import compose_config
+    from verl_sglang_lora.tools.doctor import compose_config
 
     argv = example_overrides(script, tmp_path)
     names = [a.split("=", 1)[1] for a in argv if a.startswith("--config-name=")]

@@ -48,8 +48,8 @@ def test_overlay_composes_and_converts(config_name, lora_overrides, tiny_qwen3):
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import HFModelConfig, RolloutConfig
 
-    from verl_sglang_lora.lora_mode import lora_plan
-    from verl_sglang_lora.settings import PluginSettings
+    from verl_sglang_lora.runtime.lora_plan import lora_plan
+    from verl_sglang_lora.runtime.settings import PluginSettings
 
     # as verl's workers do: the config nodes carry their own _target_
     rollout_dc = omega_conf_to_dataclass(rollout)
@@ -61,7 +61,7 @@ def test_overlay_composes_and_converts(config_name, lora_overrides, tiny_qwen3):
 
 
 def test_unknown_plugin_setting_is_named():
-    from verl_sglang_lora.settings import PluginSettings
+    from verl_sglang_lora.runtime.settings import PluginSettings
 
     with pytest.raises(ValueError, match=r"engine_kwargs\.sglang_lora has unknown key"):
         PluginSettings.from_rollout_config({"engine_kwargs": {"sglang_lora": {"bucket_megabytes": 1}}})

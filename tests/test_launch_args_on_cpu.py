@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import sglang_or_skip
-from verl_sglang_lora.lora_mode import lora_plan
+from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.sglang_contract.launch_args import LoRAConfigError, lora_launch_args, sglang_target_modules
-from verl_sglang_lora.sglang_server_args import apply_lora_args, wrap_server_args
+from verl_sglang_lora.verl_glue.server_args import apply_lora_args, wrap_server_args
 
 
 def _server_args_cls():
@@ -110,7 +110,7 @@ def test_launch_flags_parse_with_sglangs_own_cli():
     """The flags the GPU tests and benchmarks start SGLang with, parsed by the installed SGLang's argparse."""
     import argparse
 
-    from verl_sglang_lora.sglang_process import lora_cli_args
+    from verl_sglang_lora.tools.sglang_launcher import lora_cli_args
 
     cls = _server_args_cls()
     parser = argparse.ArgumentParser()
@@ -121,7 +121,7 @@ def test_launch_flags_parse_with_sglangs_own_cli():
 
 
 def test_relaunch_reads_the_checkpoint_only_where_verl_asked_for_dummy_weights():
-    from verl_sglang_lora.sglang_server_args import checkpoint_weights
+    from verl_sglang_lora.verl_glue.server_args import checkpoint_weights
 
     assert checkpoint_weights({"model_path": "m", "load_format": "dummy"}) == {"model_path": "m", "load_format": "auto"}
     # a format the user chose is the checkpoint's already
@@ -145,7 +145,7 @@ def _run_sglang_deprecated_args_check(port: int):
 
 def test_benchmark_server_pins_the_grpc_port_sglang_would_derive_out_of_range(monkeypatch):
     """The H200 benchmark launch on port 58989 failed in SGLang's check; the pinned gRPC port passes it."""
-    from verl_sglang_lora.sglang_process import free_ports, launch_env
+    from verl_sglang_lora.tools.sglang_launcher import free_ports, launch_env
 
     monkeypatch.delenv("SGLANG_GRPC_PORT", raising=False)
     probe = _run_sglang_deprecated_args_check(30000)

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from verl_sglang_lora.sync.adapter_push import collect_adapter
+from verl_sglang_lora.runtime.sync.adapter_push import collect_adapter
 
 
 def _producer(rank: int):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from verl_sglang_lora.lora_mode import lora_plan
-from verl_sglang_lora.memory_tags import MemoryTagLedger
+from verl_sglang_lora.runtime.lora_plan import lora_plan
+from verl_sglang_lora.runtime.memory import MemoryTagLedger
+from verl_sglang_lora.runtime.memory import sleep_level as memory_sleep_level
 
 
 @pytest.mark.parametrize(
@@ -20,7 +21,7 @@ from verl_sglang_lora.memory_tags import MemoryTagLedger
 def test_plan_from_both_config_blocks(model, as_adapter, sleep_level):
     plan = lora_plan(model)
     assert plan.as_adapter is as_adapter
-    assert plan.sleep_level == sleep_level
+    assert memory_sleep_level(plan.as_adapter) == sleep_level
 
 
 def test_megatron_block_wins_for_alpha_and_targets():
@@ -68,7 +69,7 @@ def test_plan_from_verl_rollout_and_model_dataclasses(tiny_qwen3):
 
 
 def test_config_guards_name_setting_and_fix():
-    from verl_sglang_lora.config_guards import UnsupportedConfigError, check_config, refuse_raw_video
+    from verl_sglang_lora.verl_glue.config_guards import UnsupportedConfigError, check_config, refuse_raw_video
 
     adapter_model = {"lora_rank": 32, "lora": {}}
     check_config({"mode": "async", "checkpoint_engine": {"backend": "naive"}}, adapter_model)
@@ -91,7 +92,7 @@ def test_config_guards_name_setting_and_fix():
 
 
 def test_overlay_applied_detects_a_skipped_overlay():
-    from verl_sglang_lora.config_guards import overlay_applied
+    from verl_sglang_lora.verl_glue.config_guards import overlay_applied
 
     assert overlay_applied({"external_lib": "verl_sglang_lora.register"})
     assert overlay_applied({"external_lib": ["my_models", "verl_sglang_lora.register"]})

@@ -11,7 +11,7 @@ pytest.importorskip("numpy")
 pytest.importorskip("tokenizers")
 pytest.importorskip("pyarrow")
 
-from verl_sglang_lora import offline_assets as oa  # noqa: E402
+from verl_sglang_lora.tools import offline_assets as oa  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_cli(tmp_path):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
     res = subprocess.run(
-        [sys.executable, "-m", "verl_sglang_lora.offline_assets", "--out", str(tmp_path), "--n-train", "4",
+        [sys.executable, "-m", "verl_sglang_lora.tools.offline_assets", "--out", str(tmp_path), "--n-train", "4",
          "--n-test", "2"],
         capture_output=True, text=True, env=env, check=True,
     )

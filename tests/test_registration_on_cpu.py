@@ -32,7 +32,7 @@ def test_fresh_interpreter_sees_both_registries():
         pytest.skip("this verl release has no verl.plugins entry points (0.8.0): external_lib covers it")
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, check=True)
     state = json.loads(out.stdout.strip().splitlines()[-1])
-    assert state == {"replica": True, "adapter": "verl_sglang_lora.weight_sync.SGLangLoRAServerAdapter"}
+    assert state == {"replica": True, "adapter": "verl_sglang_lora.runtime.sync_client.SGLangLoRAServerAdapter"}
 
 
 def test_external_lib_module_registers_on_import():
@@ -68,13 +68,13 @@ def test_ray_worker_sees_both_registries():
         replica, adapter, loader_module = ray.get(probe.remote(), timeout=300)
     finally:
         ray.shutdown()
-    assert replica and adapter == "verl_sglang_lora.weight_sync.SGLangLoRAServerAdapter"
-    assert loader_module == "verl_sglang_lora.registration"
+    assert replica and adapter == "verl_sglang_lora.runtime.sync_client.SGLangLoRAServerAdapter"
+    assert loader_module == "verl_sglang_lora.verl_glue.registration"
 
 
 def test_registration_is_idempotent():
     pytest.importorskip("verl")
-    from verl_sglang_lora.registration import register, registration_state
+    from verl_sglang_lora.verl_glue.registration import register, registration_state
 
     register()
     register()

@@ -18,7 +18,7 @@ import torch
 
 from tests.conftest import sglang_or_skip
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
-from verl_sglang_lora.sync.snapshot import clear_snapshots, read_snapshot, snapshot_root, write_snapshot
+from verl_sglang_lora.runtime.sync.snapshot import clear_snapshots, read_snapshot, snapshot_root, write_snapshot
 
 RANK = 4
 
@@ -66,12 +66,12 @@ def test_snapshot_is_a_peft_adapter_dir_sglang_and_peft_read(tiny_qwen3, tmp_pat
 _RAY_PROBE = r"""
 import asyncio, json, os, sys
 import ray, torch
-from verl_sglang_lora.lora_mode import lora_plan
-from verl_sglang_lora.recovery import RestartRecovery, ray_restart_options
-from verl_sglang_lora.settings import PluginSettings
-from verl_sglang_lora.sync.metrics import SyncMetrics
-from verl_sglang_lora.sync.snapshot import write_snapshot, snapshot_root
-from verl_sglang_lora.sync.versions import AdapterVersions
+from verl_sglang_lora.runtime.lora_plan import lora_plan
+from verl_sglang_lora.runtime.recovery import RestartRecovery, ray_restart_options
+from verl_sglang_lora.runtime.settings import PluginSettings
+from verl_sglang_lora.runtime.sync.metrics import SyncMetrics
+from verl_sglang_lora.runtime.sync.snapshot import write_snapshot, snapshot_root
+from verl_sglang_lora.runtime.sync.versions import AdapterVersions
 
 MARK = sys.argv[1]
 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -25,7 +25,7 @@ from pathlib import Path
 from tests.compat_probe import stub_inert_modules
 stub_inert_modules()
 import ray, torch
-from verl_sglang_lora.sync.snapshot import write_snapshot
+from verl_sglang_lora.runtime.sync.snapshot import write_snapshot
 from tests.server_probe import start_probe_server
 
 cfg, srv = start_probe_server(sys.argv[1], sys.argv[2])

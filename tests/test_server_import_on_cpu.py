@@ -61,7 +61,7 @@ print(json.dumps({"seen": seen}))
 
 def test_plugin_server_loader_imports_without_it() -> None:
     out = _run(_RECORD_IMPORT_ENV + r"""
-from verl_sglang_lora.verl_compat import load_verl_sglang_server
+from verl_sglang_lora.verl_glue.imports import load_verl_sglang_server
 try:
     load_verl_sglang_server()
 except ImportError as exc:
@@ -78,7 +78,7 @@ import json, os
 from sglang.srt.utils.common import is_cpu
 cached = is_cpu()                    # what a module-level `_is_cpu = is_cpu()` freezes during an import
 del os.environ["SGLANG_USE_CPU_ENGINE"]
-from verl_sglang_lora.verl_compat import refuse_sglang_cpu_engine
+from verl_sglang_lora.verl_glue.imports import refuse_sglang_cpu_engine
 try:
     refuse_sglang_cpu_engine()
     err = None
@@ -95,7 +95,7 @@ def test_clean_sglang_import_passes_the_check() -> None:
     out = _run(r"""
 import json
 from sglang.srt.utils.common import is_cpu
-from verl_sglang_lora.verl_compat import refuse_sglang_cpu_engine
+from verl_sglang_lora.verl_glue.imports import refuse_sglang_cpu_engine
 refuse_sglang_cpu_engine()
 print(json.dumps({"is_cpu": is_cpu()}))
 """)

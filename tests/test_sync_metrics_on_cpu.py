@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_sglang_lora.sync.metrics import PREFIX, SyncMetrics, merge_replica_metrics
+from verl_sglang_lora.runtime.sync.metrics import PREFIX, SyncMetrics, merge_replica_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,7 @@ from verl.trainer.ppo import metric_utils
 from tests.compat_probe import stub_inert_modules
 stub_inert_modules()  # uvicorn (server-only, not in the CPU venv) is imported by ray_trainer's rollout imports
 import verl.trainer.ppo.ray_trainer as ray_trainer
-from verl_sglang_lora.sync.metrics import SyncMetrics
+from verl_sglang_lora.runtime.sync.metrics import SyncMetrics
 
 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
-from verl_sglang_lora.sync.buckets import LoRAAccumulator, fingerprint, iter_buckets
-from verl_sglang_lora.sync.canary import CanaryError, judge_canary
-from verl_sglang_lora.sync.versions import AdapterVersions, adapter_name
+from verl_sglang_lora.runtime.sync.buckets import LoRAAccumulator, fingerprint, iter_buckets
+from verl_sglang_lora.runtime.sync.canary import CanaryError, judge_canary
+from verl_sglang_lora.runtime.sync.versions import AdapterVersions, adapter_name
 
 
 def _lora_stream(layers=2, rank=4, hidden=64):
@@ -69,7 +69,7 @@ def test_snapshot_of_views_into_one_buffer_writes_and_reads_back(tmp_path):
     """safetensors refuses tensors that share storage; a producer's views into one flat buffer all do."""
     from safetensors.torch import load_file
 
-    from verl_sglang_lora.sync.snapshot import read_snapshot, write_snapshot
+    from verl_sglang_lora.runtime.sync.snapshot import read_snapshot, write_snapshot
 
     prefix = "base_model.model.model.layers.0.self_attn.q_proj"
     flat = torch.randn(2 * 4 * 64)
@@ -135,7 +135,7 @@ def test_versions_idempotent_ack_monotonic_and_retention():
 
 
 def test_canary_judgement():
-    from verl_sglang_lora.sync.canary import CanaryExpectation
+    from verl_sglang_lora.runtime.sync.canary import CanaryExpectation
 
     nonzero = CanaryExpectation.of({"m.lora_A.weight": torch.ones(2, 2), "m.lora_B.weight": torch.ones(2, 2)}, 1.0)
     zero = CanaryExpectation.of({"m.lora_A.weight": torch.ones(2, 2), "m.lora_B.weight": torch.zeros(2, 2)}, 1.0)

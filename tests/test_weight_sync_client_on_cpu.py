@@ -24,8 +24,8 @@ stub_inert_modules()
 import peft, ray, torch, transformers
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from verl_sglang_lora.sync.snapshot import read_snapshot
-from verl_sglang_lora.weight_sync import SGLangLoRAServerAdapter
+from verl_sglang_lora.runtime.sync.snapshot import read_snapshot
+from verl_sglang_lora.runtime.sync_client import SGLangLoRAServerAdapter
 from tests.server_probe import start_probe_server
 
 model_path = sys.argv[1]

@@ -11,7 +11,7 @@ process of a run -- driver, TaskRunner, each Ray worker -- has the name on every
 
 import logging
 
-from verl_sglang_lora.registration import register
+from verl_sglang_lora.verl_glue.registration import register
 
 try:
     register()

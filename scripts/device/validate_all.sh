@@ -19,7 +19,7 @@ source scripts/device/env.sh
 
 gpu_tests() { timeout "$STEP_TIMEOUT" python3 -m pytest tests/gpu -q -p no:cacheprovider > "$LOGDIR/gpu_tests.log" 2>&1; tail -5 "$LOGDIR/gpu_tests.log"; }
 benchmarks() {
-    timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.benchmarks ${BENCH_ARGS:---shape qwen3-0.6b --shape qwen3-8b} \
+    timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.tools.benchmarks ${BENCH_ARGS:---shape qwen3-0.6b --shape qwen3-8b} \
         --json "$LOGDIR/bench.json" > "$LOGDIR/bench.log" 2>&1; tail -30 "$LOGDIR/bench.log"
 }
 # step N -> "CAP CMD..."

@@ -32,7 +32,7 @@ print(sys.version.split()[0], {n: md.version(n) for n in
 PY
 
 step assets
-python3 -m verl_sglang_lora.offline_assets --out "$ASSETS" || fail=1
+python3 -m verl_sglang_lora.tools.offline_assets --out "$ASSETS" || fail=1
 
 step "adapter (peft, r=8, all linear layers, random B so it changes the output)"
 python3 - "$ASSETS/model" /tmp/lora <<'PY' || fail=1

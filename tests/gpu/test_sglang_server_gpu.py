@@ -19,15 +19,15 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("sglang.srt.managers.io_struct")
 
-from verl_sglang_lora.lora_mode import lora_plan  # noqa: E402
-from verl_sglang_lora.memory_tags import MemoryTagLedger  # noqa: E402
+from verl_sglang_lora.runtime.lora_plan import lora_plan  # noqa: E402
+from verl_sglang_lora.runtime.memory import MemoryTagLedger  # noqa: E402
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError  # noqa: E402
 from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient  # noqa: E402
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args  # noqa: E402
 from verl_sglang_lora.sglang_contract.lora_request import build_lora_request, request_to_json  # noqa: E402
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config  # noqa: E402
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames  # noqa: E402
-from verl_sglang_lora.sglang_process import SGLangProcess  # noqa: E402
+from verl_sglang_lora.tools.sglang_launcher import SGLangProcess  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 RANK = 8
@@ -38,7 +38,7 @@ def model_path(tmp_path_factory) -> Path:
     env = os.environ.get("VERL_SGLANG_LORA_TEST_MODEL")
     if env:
         return Path(env)
-    from verl_sglang_lora.offline_assets import write_offline_assets
+    from verl_sglang_lora.tools.offline_assets import write_offline_assets
 
     out = tmp_path_factory.mktemp("assets")
     write_offline_assets(out)

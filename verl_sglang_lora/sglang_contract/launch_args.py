@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from verl_sglang_lora.lora_mode import LoRAPlan
+from verl_sglang_lora.runtime.lora_plan import LoRAPlan
 
 ALL_SENTINEL = "all"
 PEFT_ALL_LINEAR = "all-linear"

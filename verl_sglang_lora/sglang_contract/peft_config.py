@@ -14,7 +14,7 @@ import json
 import functools
 from typing import Any, Iterable, Mapping
 
-from verl_sglang_lora.config_access import to_plain
+from verl_sglang_lora.verl_glue.config_access import to_plain
 from verl_sglang_lora.sglang_contract.launch_args import ALL_SENTINEL, PEFT_ALL_LINEAR, LoRAConfigError
 
 

@@ -3,24 +3,25 @@
 - ``RolloutReplicaRegistry`` (server side, used where replicas are built): a lazy loader, so registering
   does not import SGLang;
 - ``_ROLLOUT_REGISTRY[("sglang_lora", "async")]`` (weight-sync client, used inside the Ray workers): the
-  dotted path of :class:`verl_sglang_lora.weight_sync.SGLangLoRAServerAdapter`.
+  dotted path of :class:`verl_sglang_lora.runtime.sync_client.SGLangLoRAServerAdapter`.
 
 Both must be filled in every process, Ray workers included; see ``verl_sglang_lora.register`` for how.
 """
 
 from __future__ import annotations
 
-from verl_sglang_lora import ROLLOUT_NAME, trainer_metrics
+from verl_sglang_lora import ROLLOUT_NAME
+from verl_sglang_lora.verl_glue import trainer_metrics
 
-ADAPTER_FQN = "verl_sglang_lora.weight_sync.SGLangLoRAServerAdapter"
+ADAPTER_FQN = "verl_sglang_lora.runtime.sync_client.SGLangLoRAServerAdapter"
 
 
 def load_replica_class() -> type:
     """Loader verl calls on ``RolloutReplicaRegistry.get("sglang_lora")`` (in the trainer, which builds replicas)."""
-    from verl_sglang_lora.verl_compat import import_verl_sglang_for_driver
+    from verl_sglang_lora.verl_glue.imports import import_verl_sglang_for_driver
 
     import_verl_sglang_for_driver()
-    from verl_sglang_lora.server import SGLangLoRAReplica
+    from verl_sglang_lora.runtime.server import SGLangLoRAReplica
 
     return SGLangLoRAReplica
 

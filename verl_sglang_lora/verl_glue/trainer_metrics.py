@@ -16,7 +16,7 @@ import logging
 import sys
 from typing import Any, Callable
 
-from verl_sglang_lora.sync.metrics import merge_replica_metrics
+from verl_sglang_lora.runtime.sync.metrics import merge_replica_metrics
 
 logger = logging.getLogger(__name__)
 

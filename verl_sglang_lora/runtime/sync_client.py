@@ -17,18 +17,19 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from verl_sglang_lora.config_access import sglang_rank_count
-from verl_sglang_lora.config_guards import check_config
-from verl_sglang_lora.lora_mode import lora_plan
-from verl_sglang_lora.settings import PluginSettings
+from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
+from verl_sglang_lora.verl_glue.config_guards import check_config
+from verl_sglang_lora.runtime.lora_plan import lora_plan
+from verl_sglang_lora.runtime.memory import sleep_level
+from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError
 from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient, server_url
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, lora_module_path
-from verl_sglang_lora.sync.adapter_push import adapter_load_body, collect_adapter
-from verl_sglang_lora.sync.canary import CanaryExpectation
-from verl_sglang_lora.sync.snapshot import write_snapshot
-from verl_sglang_lora.verl_compat import load_verl_server_adapter
+from verl_sglang_lora.runtime.sync.adapter_push import adapter_load_body, collect_adapter
+from verl_sglang_lora.runtime.sync.canary import CanaryExpectation
+from verl_sglang_lora.runtime.sync.snapshot import write_snapshot
+from verl_sglang_lora.verl_glue.imports import load_verl_server_adapter
 
 logger = logging.getLogger(__name__)
 logger.setLevel(logging.INFO)
@@ -45,7 +46,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         super().__init__(*args, **kwargs)
         check_config(self.config, self.model_config)
         self.lora = lora_plan(self.model_config)
-        self._sleep_level = self.lora.sleep_level
+        self._sleep_level = sleep_level(self.lora.as_adapter)
         self.settings = PluginSettings.from_rollout_config(self.config)
         self._names: ModelWeightNames | None = None
         self._http: SGLangHTTPClient | None = None

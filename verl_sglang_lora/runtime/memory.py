@@ -1,4 +1,4 @@
-"""One table of GPU memory tags for sleep and wake-up.
+"""Sleep level and GPU memory tags for sleep and wake-up, decided in one place from the LoRA mode.
 
 SGLang keeps the released tags in a set and ``resume_memory_occupation`` removes each requested tag from it,
 so resuming a tag that was never released raises ``KeyError: 'weights'`` (seed layer 4). The ledger below is
@@ -19,6 +19,11 @@ WEIGHTS = "weights"
 KNOWN_TAGS = (KV_CACHE, WEIGHTS)
 
 
+def sleep_level(as_adapter: bool) -> int:
+    """verl's convention: 1 releases only the KV cache, 2 releases KV cache and weights."""
+    return 1 if as_adapter else 2
+
+
 def release_plan(as_adapter: bool) -> tuple[str, ...]:
     """Adapter mode keeps the base weights resident (only the LoRA delta is pushed); otherwise both go."""
     return (KV_CACHE,) if as_adapter else (KV_CACHE, WEIGHTS)
@@ -31,6 +36,10 @@ class MemoryTagLedger:
     as_adapter: bool
     released: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def sleep_level(self) -> int:
+        return sleep_level(self.as_adapter)
 
     @property
     def plan(self) -> tuple[str, ...]:

@@ -21,21 +21,21 @@ from typing import Any
 
 import ray
 
-from verl_sglang_lora.config_access import sglang_rank_count
-from verl_sglang_lora.config_guards import check_config, overlay_applied, refuse_raw_video
-from verl_sglang_lora.lora_mode import lora_plan
-from verl_sglang_lora.memory_tags import KV_CACHE, MemoryTagLedger
-from verl_sglang_lora.recovery import RestartRecovery, ray_restart_options
-from verl_sglang_lora.settings import PluginSettings
+from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
+from verl_sglang_lora.verl_glue.config_guards import check_config, overlay_applied, refuse_raw_video
+from verl_sglang_lora.runtime.lora_plan import lora_plan
+from verl_sglang_lora.runtime.memory import KV_CACHE, MemoryTagLedger
+from verl_sglang_lora.runtime.recovery import RestartRecovery, ray_restart_options
+from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.sglang_contract.installed import io_struct
 from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
-from verl_sglang_lora.sglang_server_args import wrap_server_args
-from verl_sglang_lora.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
-from verl_sglang_lora.sync.metrics import SyncMetrics
-from verl_sglang_lora.sync.snapshot import clear_snapshots, snapshot_root
-from verl_sglang_lora.sync.versions import AdapterVersions, Lease
-from verl_sglang_lora.verl_compat import load_verl_sglang_server, refuse_sglang_cpu_engine
+from verl_sglang_lora.verl_glue.server_args import wrap_server_args
+from verl_sglang_lora.runtime.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
+from verl_sglang_lora.runtime.sync.metrics import SyncMetrics
+from verl_sglang_lora.runtime.sync.snapshot import clear_snapshots, snapshot_root
+from verl_sglang_lora.runtime.sync.versions import AdapterVersions, Lease
+from verl_sglang_lora.verl_glue.imports import load_verl_sglang_server, refuse_sglang_cpu_engine
 
 _verl_server = load_verl_sglang_server()
 
@@ -62,8 +62,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 "`verl-sglang-lora doctor`."
             )
         self.lora = lora_plan(self.model_config)
-        self.sleep_level = self.lora.sleep_level
         self.memory = MemoryTagLedger(as_adapter=self.lora.as_adapter)
+        self.sleep_level = self.memory.sleep_level
         self.settings = PluginSettings.from_rollout_config(self.config)
         self.adapters = AdapterVersions()
         self.sync_metrics = SyncMetrics()

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from verl_sglang_lora.sglang_contract.lora_request import build_lora_request, request_to_json, tensor_checksums
-from verl_sglang_lora.sync.buckets import AccumulatedAdapter, LoRAAccumulator, iter_buckets
+from verl_sglang_lora.runtime.sync.buckets import AccumulatedAdapter, LoRAAccumulator, iter_buckets
 
 
 def collect_adapter(

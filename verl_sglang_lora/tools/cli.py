@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # intermixed: options may follow the Hydra overrides, as in a training command line
     args = doctor_parser().parse_intermixed_args(argv[1:])
-    from verl_sglang_lora.doctor import run_doctor
+    from verl_sglang_lora.tools.doctor import run_doctor
 
     code, report = run_doctor(args.overrides, config_name=args.config_name, ray=args.ray)
     print(report, flush=True)

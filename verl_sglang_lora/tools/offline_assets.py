@@ -22,7 +22,7 @@ the bytes do not depend on the installed torch.
 
 CLI::
 
-    python -m verl_sglang_lora.offline_assets --out .assets [--seed 0]
+    python -m verl_sglang_lora.tools.offline_assets --out .assets [--seed 0]
 """
 
 from __future__ import annotations
@@ -401,7 +401,7 @@ def write_offline_assets(
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m verl_sglang_lora.offline_assets",
+        prog="python -m verl_sglang_lora.tools.offline_assets",
         description="Write a tiny random Qwen3 checkpoint (+ real BPE tokenizer) and a synthetic GSM8K "
         "parquet set, deterministic from --seed, for offline tests and smoke runs.",
     )

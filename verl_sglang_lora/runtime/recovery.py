@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient, server_url
-from verl_sglang_lora.sync.snapshot import read_snapshot
+from verl_sglang_lora.runtime.sync.snapshot import read_snapshot
 
 logger = logging.getLogger(__name__)
 logger.setLevel(logging.INFO)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from verl_sglang_lora.config_access import cfg_get, to_plain
+from verl_sglang_lora.verl_glue.config_access import cfg_get, to_plain
 
 SETTINGS_PATH = "actor_rollout_ref.rollout.engine_kwargs.sglang_lora"
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verl_sglang_lora.config_access import cfg_path, to_plain  # light: omegaconf is imported lazily inside
+from verl_sglang_lora.verl_glue.config_access import cfg_path, to_plain  # light: omegaconf is imported lazily inside
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
@@ -44,7 +44,7 @@ PROBE_TIMEOUT_S = 180
 
 REGISTRATION_PROBE = (
     "import json, verl\n"
-    "from verl_sglang_lora.registration import registration_state\n"
+    "from verl_sglang_lora.verl_glue.registration import registration_state\n"
     f"print({PROBE_PREFIX!r} + json.dumps(registration_state()))\n"
 )
 SGLANG_PROBE = (
@@ -83,10 +83,10 @@ def _base(version: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def compat_matrix() -> dict[str, Any]:
-    """The generated compatibility matrix shipped in the package (``verl_sglang_lora/compat_matrix.json``)."""
+    """The generated compatibility matrix shipped in the package (``verl_sglang_lora/tools/compat_matrix.json``)."""
     from importlib import resources
 
-    return json.loads(resources.files("verl_sglang_lora").joinpath(MATRIX_RESOURCE).read_text(encoding="utf-8"))
+    return json.loads(resources.files("verl_sglang_lora.tools").joinpath(MATRIX_RESOURCE).read_text(encoding="utf-8"))
 
 
 def matrix_cell(verl_version: str | None, sglang_version: str | None) -> tuple[str, str]:
@@ -357,7 +357,7 @@ class Doctor:
             def probe() -> dict[str, bool]:
                 import verl  # noqa: F401  (loads the entry points / VERL_USE_EXTERNAL_MODULES)
 
-                from verl_sglang_lora.registration import registration_state
+                from verl_sglang_lora.verl_glue.registration import registration_state
 
                 return registration_state()
 
@@ -478,7 +478,7 @@ class Doctor:
         return rollout
 
     def check_lora(self, cfg: Any) -> Any:
-        from verl_sglang_lora.lora_mode import lora_plan
+        from verl_sglang_lora.runtime.lora_plan import lora_plan
 
         model = cfg.actor_rollout_ref.model
         plan = lora_plan(model)
@@ -512,7 +512,7 @@ class Doctor:
         return plan
 
     def check_settings(self, rollout: Any) -> Any:
-        from verl_sglang_lora.settings import SETTINGS_PATH, PluginSettings
+        from verl_sglang_lora.runtime.settings import SETTINGS_PATH, PluginSettings
 
         try:
             settings = PluginSettings.from_rollout_config(rollout)
@@ -524,8 +524,8 @@ class Doctor:
         return settings
 
     def check_guards(self, rollout: Any, model_cfg: Any) -> None:
-        from verl_sglang_lora.config_guards import config_problems
-        from verl_sglang_lora.sglang_server_args import LORA_KEYS
+        from verl_sglang_lora.verl_glue.config_guards import config_problems
+        from verl_sglang_lora.verl_glue.server_args import LORA_KEYS
 
         problems = config_problems(rollout, model_cfg)
         for problem in problems:
@@ -541,7 +541,7 @@ class Doctor:
             self.add("verl guards", OK, "no pipeline parallel / PD / non-naive checkpoint engine / quantized adapter")
 
     def check_launch_args(self, plan: Any, settings: Any) -> list[str] | None:
-        from verl_sglang_lora.settings import SETTINGS_PATH
+        from verl_sglang_lora.runtime.settings import SETTINGS_PATH
         from verl_sglang_lora.sglang_contract.launch_args import (
             TARGET_MODULES_SETTING,
             LoRAConfigError,
@@ -633,11 +633,11 @@ class Doctor:
             self.add("target modules", OK, f"{scope}in the checkpoint: {found}{example}")
 
     def check_memory(self, plan: Any, cfg: Any) -> None:
-        from verl_sglang_lora.memory_tags import release_plan
+        from verl_sglang_lora.runtime.memory import release_plan, sleep_level
 
         free = bool(_select(cfg, "actor_rollout_ref.rollout.free_cache_engine"))
         tags = list(release_plan(plan.as_adapter)) if free else []
-        detail = f"sleep releases {tags}, wake_up resumes {tags}; sleep_level={plan.sleep_level}"
+        detail = f"sleep releases {tags}, wake_up resumes {tags}; sleep_level={sleep_level(plan.as_adapter)}"
         if free and plan.as_adapter:
             detail += "; verl's resume(tags=['weights']) is dropped (weights stay resident)"
         if not free:

@@ -48,7 +48,7 @@ def refuse_sglang_cpu_engine() -> None:
             "sglang_lora: SGLang was imported in this server process while SGLANG_USE_CPU_ENGINE=1 (verl's replica "
             "loader sets it during its import), so SGLang would run on the CPU device and crash at the first "
             "prefill. Import verl's async_sglang_server plainly in the server actor "
-            "(verl_sglang_lora.verl_compat.load_verl_sglang_server), not through RolloutReplicaRegistry.get('sglang')."
+            "(verl_sglang_lora.verl_glue.imports.load_verl_sglang_server), not through RolloutReplicaRegistry.get('sglang')."
         )
 
 

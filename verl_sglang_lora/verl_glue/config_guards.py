@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_sglang_lora.config_access import cfg_get, cfg_path
-from verl_sglang_lora.lora_mode import lora_plan
+from verl_sglang_lora.verl_glue.config_access import cfg_get, cfg_path
+from verl_sglang_lora.runtime.lora_plan import lora_plan
 
 
 class UnsupportedConfigError(ValueError):

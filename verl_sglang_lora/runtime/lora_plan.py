@@ -2,9 +2,9 @@
 
 verl keeps two LoRA blocks that are never synced: FSDP reads the flat ``model.lora_rank/lora_alpha/
 target_modules``, Megatron reads ``model.lora.{rank,alpha,target_modules}``; both read ``model.lora.merge``.
-Every decision that depends on "is the adapter hot-swapped into SGLang" (launch args, sleep level, memory
-tags, ``lora_path`` on requests) derives from :func:`lora_plan` so they can never disagree -- the seed's
-layer 4 was exactly two of them disagreeing on the first step.
+Every decision that depends on "is the adapter hot-swapped into SGLang" (launch args, sleep level and memory
+tags in ``runtime.memory``, ``lora_path`` on requests) derives from :func:`lora_plan` so they can never
+disagree: two of them deciding separately is how the first step released one tag and resumed another.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verl_sglang_lora.config_access import cfg_get, to_plain
+from verl_sglang_lora.verl_glue.config_access import cfg_get, to_plain
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,6 @@ class LoRAPlan:
     def as_adapter(self) -> bool:
         """Adapter mode: SGLang keeps the base weights resident and receives only LoRA tensors."""
         return self.enabled and not self.merge
-
-    @property
-    def sleep_level(self) -> int:
-        """verl's convention: 1 releases only the KV cache, 2 releases KV cache and weights."""
-        return 1 if self.as_adapter else 2
 
 
 def lora_plan(model_config: Any) -> LoRAPlan:

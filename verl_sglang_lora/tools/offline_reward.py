@@ -8,7 +8,7 @@ samples of a group, so GRPO moves the adapter and the canary and ``training/roll
 non-zero one. A correct answer still scores verl's full 1.0.
 
 Used by examples/run_qwen3_lora_*.sh only when they write the offline assets:
-``reward.custom_reward_function.path=pkg://verl_sglang_lora.offline_reward``.
+``reward.custom_reward_function.path=pkg://verl_sglang_lora.tools.offline_reward``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Side-by-side benchmarks on one GPU, in one process, printing a table (docs/benchmarks.md).
 
-    python -m verl_sglang_lora.benchmarks --shape qwen3-0.6b --iters 20 [--shape qwen3-8b] [--json out.json]
+    python -m verl_sglang_lora.tools.benchmarks --shape qwen3-0.6b --iters 20 [--shape qwen3-8b] [--json out.json]
 
 Against a real SGLang server on a checkpoint written here (real model shapes, all-zero weights, no download; not
 ``--load-format dummy``: SGLang refuses disk adapter loads under it, as seen on the H200). Each path that fails is
@@ -27,15 +27,15 @@ from typing import Any
 
 import torch
 
-from verl_sglang_lora.lora_mode import lora_plan
+from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 from verl_sglang_lora.sglang_contract.lora_request import request_shape
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
-from verl_sglang_lora.sglang_process import SGLangProcess
-from verl_sglang_lora.sync.adapter_push import adapter_load_body, collect_adapter
-from verl_sglang_lora.sync.versions import AdapterVersions, adapter_name
+from verl_sglang_lora.tools.sglang_launcher import SGLangProcess
+from verl_sglang_lora.runtime.sync.adapter_push import adapter_load_body, collect_adapter
+from verl_sglang_lora.runtime.sync.versions import AdapterVersions, adapter_name
 
 SHAPES: dict[str, dict[str, Any]] = {
     # Public Qwen3 configs (hidden, layers, heads, kv heads, head_dim, intermediate, vocab).
