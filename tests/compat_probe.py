@@ -722,7 +722,7 @@ def compose(config_name: str, overrides: list[str]) -> dict:
         "ray_env": cfg.ray_kwargs.ray_init.runtime_env.env_vars.get("VERL_USE_EXTERNAL_MODULES"),
         "lora_as_adapter": plan.as_adapter,
         "lora_rank": plan.rank,
-        "bucket_mb": PluginSettings.from_rollout_config(rollout).bucket_mb,
+        "http_timeout_s": PluginSettings.from_rollout_config(rollout).http_timeout_s,
         "reward_fn": str(cfg.reward.custom_reward_function.path),
     }
     out["ok"] = (out["rollout_name"] == "sglang_lora" and out["external_lib"] == "verl_sglang_lora.register"

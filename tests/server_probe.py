@@ -2,8 +2,8 @@
 
 The actor is the plugin's class built by verl's own ``SGLangHttpServer.__init__`` from composed verl configs; only
 SGLang's engine is absent: ``launch_server`` installs a stand-in tokenizer manager (records what the plugin asks of
-SGLang, answers generate with fixed tokens) instead of starting SGLang, plus a stand-in ``/load_lora_adapter`` HTTP
-route for restart recovery. Everything between verl's generate and SGLang's tokenizer manager is the real code.
+SGLang, answers generate with fixed tokens, records adapter loads) instead of starting SGLang. Everything between
+verl's generate (or the weight-sync client's one call) and SGLang's tokenizer manager is the real code.
 """
 
 from __future__ import annotations
@@ -65,52 +65,40 @@ class FakeTokenizerManager:
 
     async def unload_lora_adapter(self, obj: Any, request: Any = None) -> Any:
         self.calls.append(("unload", obj.lora_name))
-        return type("Result", (), {"success": True})()
+        return _Result(success=self.unload_ok)
 
+    unload_ok = True
+    die_on_first_tensor_load = False
+    loaded_from_disk: list[dict]
+    loaded_from_tensors: list[dict]
 
-def decoded_tensor_load(body: dict) -> dict:
-    """What SGLang's HTTP route makes of a ``/load_lora_adapter_from_tensors`` body: pydantic validation of the
-    installed request class (an invalid body raises, as the route answers 400)."""
-    import pydantic
-    from sglang.srt.managers import io_struct
+    async def load_lora_adapter(self, obj: Any, request: Any = None) -> Any:
+        """SGLang's disk load (restart recovery): records the request the server actor built."""
+        self.loaded_from_disk.append({"lora_name": obj.lora_name, "lora_path": obj.lora_path})
+        return _Result(success=True)
 
-    req = pydantic.TypeAdapter(io_struct.LoadLoRAAdapterFromTensorsReqInput).validate_python(body)
-    field = "serialized_named_tensors" if getattr(req, "serialized_named_tensors", None) else "serialized_tensors"
-    return {"lora_name": req.lora_name, "r": req.config_dict["r"], "field": field}
-
-
-async def start_load_route(records: list[dict], tensor_loads: list[dict] | None = None,
-                           die_on_first_tensor_load: bool = False) -> int:
-    """A stand-in for SGLang's HTTP side: ``/load_lora_adapter`` records each body; ``/load_lora_adapter_from_tensors``
-    validates it with SGLang's own request class (and can end the process on its first call, as a crash mid-load
-    would); both answer success. Returns the port."""
-    from aiohttp import web
-
-    async def load(request: Any) -> Any:
-        records.append(await request.json())
-        return web.json_response({"success": True})
-
-    async def load_tensors(request: Any) -> Any:
+    async def load_lora_adapter_from_tensors(self, obj: Any, request: Any = None) -> Any:
+        """SGLang's tensor load: the struct must be the installed release's own class (the server actor built it);
+        can end the process on its first call, as a crash mid-load would."""
         import ray
+        from sglang.srt.managers import io_struct
 
-        body = await request.json()
-        if die_on_first_tensor_load and not ray.get_runtime_context().was_current_actor_reconstructed:
+        if self.die_on_first_tensor_load and not ray.get_runtime_context().was_current_actor_reconstructed:
             os._exit(1)
-        try:
-            tensor_loads.append(decoded_tensor_load(body))
-        except Exception as exc:  # noqa: BLE001 - answered like SGLang's route: 400 with the reason
-            return web.json_response({"success": False, "message": str(exc)}, status=400)
-        return web.json_response({"success": True})
+        assert isinstance(obj, io_struct.LoadLoRAAdapterFromTensorsReqInput), type(obj)
+        field = "serialized_named_tensors" if getattr(obj, "serialized_named_tensors", None) else "serialized_tensors"
+        self.loaded_from_tensors.append({"lora_name": obj.lora_name, "r": obj.config_dict["r"], "field": field,
+                                         "load_format": getattr(obj, "load_format", None)})
+        self.calls.append(("load_tensors", obj.lora_name))
+        return _Result(success=True)
 
-    app = web.Application()
-    app.router.add_post("/load_lora_adapter", load)
-    if tensor_loads is not None:
-        app.router.add_post("/load_lora_adapter_from_tensors", load_tensors)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return site._server.sockets[0].getsockname()[1]
+
+class _Result:
+    """The fields of SGLang's adapter load/unload outputs the server actor reads."""
+
+    def __init__(self, success: bool) -> None:
+        self.success = success
+        self.error_message = None if success else "stand-in refusal"
 
 
 class _ServerArgsSeen(Exception):
@@ -123,12 +111,14 @@ def probe_class(base: type) -> type:
             """The plugin's launch path minus SGLang: pinning wrapper on a stand-in tokenizer manager."""
             self.launches = [*getattr(self, "launches", []), "relaunch" if from_checkpoint else "launch"]
             self.tokenizer_manager = FakeTokenizerManager()
-            self.loaded_from_disk: list[dict] = []
-            self.loaded_from_tensors: list[dict] = []
-            die = os.environ.get("PROBE_DIE_ON_FIRST_TENSOR_LOAD") == "1"
-            self._server_address = "127.0.0.1"
-            self._server_port = await start_load_route(self.loaded_from_disk, self.loaded_from_tensors, die)
+            self.loaded_from_disk = self.tokenizer_manager.loaded_from_disk = []
+            self.loaded_from_tensors = self.tokenizer_manager.loaded_from_tensors = []
+            self.tokenizer_manager.die_on_first_tensor_load = os.environ.get("PROBE_DIE_ON_FIRST_TENSOR_LOAD") == "1"
+            self._server_address, self._server_port = "127.0.0.1", 0
             await self._after_launch()
+
+        def refuse_unloads(self) -> None:
+            self.tokenizer_manager.unload_ok = False
 
         async def server_args(self, from_checkpoint: bool) -> dict:
             """The ServerArgs keywords of verl's real ``launch_server`` through the plugin's real launch path

@@ -57,7 +57,7 @@ def test_overlay_composes_and_converts(config_name, lora_overrides, tiny_qwen3):
     assert isinstance(rollout_dc, RolloutConfig) and isinstance(model_dc, HFModelConfig)
     assert rollout_dc.name == "sglang_lora"
     assert lora_plan(model_dc).as_adapter and lora_plan(model_dc).rank == 32
-    assert PluginSettings.from_rollout_config(rollout_dc).bucket_mb == 64
+    assert PluginSettings.from_rollout_config(rollout_dc).http_timeout_s == 300.0  # the overlay's value arrived
 
 
 def test_unknown_plugin_setting_is_named():
@@ -65,3 +65,15 @@ def test_unknown_plugin_setting_is_named():
 
     with pytest.raises(ValueError, match=r"engine_kwargs\.sglang_lora has unknown key"):
         PluginSettings.from_rollout_config({"engine_kwargs": {"sglang_lora": {"bucket_megabytes": 1}}})
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"bucket_mb": 64}, r"bucket_mb was removed: .* Fix: delete the key"),
+    ({"http_timeout_s": 0}, r"http_timeout_s must be > 0"),
+    ({"canary_min_delta": -0.1}, r"canary_min_delta must be >= 0"),
+])
+def test_bad_plugin_settings_are_refused_with_the_key(settings, named):
+    from verl_sglang_lora.runtime.settings import PluginSettings
+
+    with pytest.raises(ValueError, match=named):
+        PluginSettings.from_rollout_config({"engine_kwargs": {"sglang_lora": settings}})

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from verl_sglang_lora.runtime.sync.adapter_push import collect_adapter
+from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
 
 
 def _producer(rank: int):
@@ -36,8 +36,8 @@ def _worker(rank: int, port: int, result):
     dist.init_process_group("gloo", rank=rank, world_size=2, timeout=__import__("datetime").timedelta(seconds=60))
     try:
         if rank == 0:
-            adapter = collect_adapter(_producer(rank), _resolve, bucket_bytes=512, device=None)
-            result[rank] = (len(adapter.tensors), adapter.num_buckets, float(next(iter(adapter.tensors.values()))[0, 0]))
+            adapter = AdapterCollector().collect(_producer(rank), _resolve)
+            result[rank] = (len(adapter.tensors), adapter.nbytes, float(next(iter(adapter.tensors.values()))[0, 0]))
         else:
             for _ in _producer(rank):  # what SGLangLoRAServerAdapter._sync_adapter does off the leader
                 pass
@@ -65,5 +65,5 @@ def test_leader_collects_while_other_rank_drains_in_lockstep():
         p.kill()
     assert not alive, "export hung: a rank never entered the producer's collective"
     assert result[1] == "drained"
-    tensors, buckets, value = result[0]
-    assert tensors == 6 and buckets >= 2 and value == 3.0  # 1 + 2 summed across ranks
+    tensors, nbytes, value = result[0]
+    assert tensors == 6 and nbytes == 6 * 64 * 4 and value == 3.0  # 1 + 2 summed across ranks

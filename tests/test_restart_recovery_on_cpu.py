@@ -78,7 +78,7 @@ ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
 @ray.remote(**ray_restart_options(1))
 class Server:
-    # the attributes recover_server uses, as SGLangLoRARollout has them; SGLang's HTTP side is a stand-in
+    # the attributes recover_server uses, as SGLangLoRARollout has them; SGLang's load is a stand-in
     def __init__(self, root):
         self.lora = lora_plan({"lora_rank": 4, "target_modules": "all-linear", "lora": {}})
         self.nnodes = 1
@@ -92,12 +92,11 @@ class Server:
         self.launches = 0
 
     async def relaunch_server(self):
-        from tests.server_probe import start_load_route
-        self.port = await start_load_route(self.loads)
         self.launches += 1
 
-    def own_address(self):
-        return "127.0.0.1", self.port
+    async def _load_adapter_from_disk(self, name, path, version, fingerprint, canary=None):
+        self.loads.append({"lora_name": name, "lora_path": path})
+        self.adapters.activate(name, version, fingerprint)
 
     def activate(self, name, version):
         self.adapters.activate(name, version, "fp")

@@ -31,11 +31,19 @@ from tests.server_probe import start_probe_server
 cfg, srv = start_probe_server(sys.argv[1], sys.argv[2])
 out = {"server_args": {"launch": ray.get(srv.server_args.remote(False)),
                        "relaunch": ray.get(srv.server_args.remote(True))}}
-out["plan"] = ray.get(srv.adapter_push_plan.remote(3, "fp3"))
 out["released"] = ray.get(srv.release_memory.remote(None))
-ray.get(srv.activate_adapter.remote("verl_lora_v3", 3, "fp3", {"version": 3, "bytes": 2048, "total_ms": 5.0},
-                                     {"zero": True, "effect_bound": 0.0, "min_delta": 0.0}))
-ray.get(srv.set_global_steps.remote(3))
+# the weight-sync client's one call: the installed SGLang's request fields for a real (CPU) adapter
+from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
+from verl_sglang_lora.runtime.sync.metrics import SyncStats
+from verl_sglang_lora.sglang_contract.lora_request import lora_request_fields
+prefix = "base_model.model.model.layers.0.mlp.down_proj"
+tensors = {f"{prefix}.lora_A.weight": torch.ones(8, 128), f"{prefix}.lora_B.weight": torch.zeros(64, 8)}
+fields = lora_request_fields({"r": 8, "lora_alpha": 16, "target_modules": ["down_proj"], "peft_type": "LORA"}, tensors,
+                             tp_size=2)
+push = AdapterPush(3, "fp3", 3, fields, SyncStats(version=3, bytes=2048, total_ms=5.0),
+                   {"zero": True, "effect_bound": 0.0, "min_delta": 0.0})
+out["plan"] = ray.get(srv.sync_adapter.remote(push))
+out["again"] = ray.get(srv.sync_adapter.remote(push))  # an exact re-push is acknowledged, not loaded again
 out["calls_while_released"] = ray.get(srv.calls.remote())
 out["resumed_weights"] = ray.get(srv.resume_memory.remote(["weights"]))
 out["resumed_kv"] = ray.get(srv.resume_memory.remote(["kv_cache"]))
@@ -81,7 +89,10 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     assert launch["enable_lora"] is True and launch["max_lora_rank"] == 8 and launch["lora_target_modules"] == ["all"]
     assert {k: v for k, v in relaunch.items() if k != "load_format"} == {k: v for k, v in launch.items() if k != "load_format"}
 
-    assert out["plan"] == {"action": "load", "name": "verl_lora_v3"}
+    assert {k: out["plan"][k] for k in ("action", "name", "version")} == {"action": "load", "name": "verl_lora_v3",
+                                                                           "version": 3}
+    assert out["plan"]["stats"]["bytes"] == 2048 and out["plan"]["stats"]["load_ms"] >= 0
+    assert out["again"] == {"action": "ack", "name": "verl_lora_v3", "version": 3}
     assert out["released"] == ["kv_cache"]  # adapter mode keeps the base weights resident
     assert ("generate", "verl_lora_v3") not in [tuple(c) for c in out["calls_while_released"]]  # canary deferred
     assert out["resumed_weights"] == [] and out["resumed_kv"] == ["kv_cache"]
@@ -94,6 +105,7 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     # after the resume: flush, then the canary with and without the adapter, then verl's generate
     assert calls[resume_at + 1:] == [("flush", None), ("generate", "verl_lora_v3"), ("generate", None),
                                      ("generate", "verl_lora_v3")]
+    assert calls.count(("load_tensors", "verl_lora_v3")) == 1 and calls.index(("load_tensors", "verl_lora_v3")) < resume_at
     assert out["sample"]["token_ids"] == [7, 8, 9]
     assert out["sample"]["extra"] == {"adapter_version": 3, "adapter_staleness": 0, "global_steps": 3}
     m = out["metrics"]
@@ -108,5 +120,7 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     assert after["state"]["snapshot_root"].startswith(str(tmp_path))  # per job and actor under snapshot_dir
     assert after["state"]["global_steps"] == 3 and after["state"]["active"] == "verl_lora_v3"
     assert after["state"]["launches"] == ["relaunch"]  # the restarted actor launched once, on checkpoint weights
-    assert [tuple(c) for c in after["calls"]] == [PRIME, ("generate", "verl_lora_v3")]  # primed on the relaunch too
+    # primed on the relaunch too; the recovered adapter is proven by the canary before the re-sent generate
+    assert [tuple(c) for c in after["calls"]] == [PRIME, ("flush", None), ("generate", "verl_lora_v3"),
+                                                  ("generate", None), ("generate", "verl_lora_v3")]
     assert after["metrics"]["sglang_lora/server_restarts"] == 1

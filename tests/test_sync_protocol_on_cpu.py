@@ -1,4 +1,4 @@
-"""Bucketed adapter stream, accumulation, versions and retention, canary judgement (CPU, protocol logic)."""
+"""The adapter gathered into a persistent flat buffer, versions and retention, canary judgement (CPU, protocol logic)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
-from verl_sglang_lora.runtime.sync.buckets import LoRAAccumulator, fingerprint, iter_buckets
+from verl_sglang_lora.runtime.sync.flat_adapter import ALIGN, AdapterCollector, fingerprint
 from verl_sglang_lora.runtime.sync.canary import CanaryError, judge_canary
 from verl_sglang_lora.runtime.sync.versions import AdapterVersions, adapter_name
 
@@ -18,51 +18,60 @@ def _lora_stream(layers=2, rank=4, hidden=64):
             yield f"base_model.model.model.layers.{i}.self_attn.{proj}.lora_B.weight", torch.randn(hidden if proj != "k_proj" and proj != "v_proj" else 32, rank)
 
 
-def test_buckets_are_bounded_and_never_split_a_pair():
-    items = list(_lora_stream())
-    pair_bytes = 4 * 64 * 4 + 64 * 4 * 4
-    buckets = list(iter_buckets(items, bucket_bytes=pair_bytes + 1))
-    assert sum(len(b) for b in buckets) == len(items)
-    for b in buckets:
-        modules = [n.rsplit(".lora_", 1)[0] for n, _ in b]
-        assert all(modules.count(m) == 2 for m in modules)  # A and B together
-        assert sum(t.numel() * t.element_size() for _, t in b) <= pair_bytes + 1 or len(b) == 2
+def test_collect_gathers_the_stream_into_one_flat_buffer_of_the_adapters_size(tiny_qwen3):
+    """Device memory held by a sync = the adapter (one buffer; the request is described over it, no second copy)."""
+    names = ModelWeightNames.from_model_path(tiny_qwen3)
+    stream = [(n, t) for n, t in _lora_stream(rank=4) if ".layers.0." in n or ".layers.1." in n]
+    collector = AdapterCollector()
+    adapter = collector.collect(iter(stream), names.resolve_lora)
+    payload = sum(t.numel() * t.element_size() for _, t in stream)
+    assert adapter.nbytes == payload and adapter.flat.numel() <= payload + ALIGN * len(stream)
+    for (name, tensor), entry in zip(stream, adapter.entries):
+        assert adapter.tensors[entry.name].data_ptr() == adapter.flat.data_ptr() + entry.offset  # a view, no copy
+        assert torch.equal(adapter.tensors[names.resolve_lora(name)[0]], tensor)
 
 
-def test_pair_kept_together_even_when_interleaved():
-    a, b = torch.zeros(2, 2), torch.zeros(2, 2)
-    stream = [("x.layers.0.q_proj.lora_A.weight", a), ("x.layers.0.k_proj.lora_A.weight", a),
-              ("x.layers.0.q_proj.lora_B.weight", b), ("x.layers.0.k_proj.lora_B.weight", b)]
-    buckets = list(iter_buckets(stream, bucket_bytes=40))
-    assert [[n.split(".")[3] for n, _ in bk] for bk in buckets] == [["q_proj", "q_proj"], ["k_proj", "k_proj"]]
+def test_later_syncs_copy_into_the_same_buffer(tiny_qwen3):
+    names = ModelWeightNames.from_model_path(tiny_qwen3)
+    stream = list(_lora_stream(rank=4))
+    collector = AdapterCollector()
+    first = collector.collect(iter(stream), names.resolve_lora)
+    ptr, fp = first.flat.data_ptr(), first.fingerprint
+    second = collector.collect(((n, t + 1) for n, t in stream), names.resolve_lora)
+    assert second.flat.data_ptr() == ptr and collector.layouts_built == 1  # no new allocation
+    assert second.fingerprint != fp
+    name = names.resolve_lora(stream[0][0])[0]
+    assert torch.equal(second.tensors[name], stream[0][1] + 1)
+    third = collector.collect(iter(stream[:8]), names.resolve_lora)  # another set of tensors: a new layout
+    assert collector.layouts_built == 2 and len(third.entries) == 8
 
 
-def test_accumulator_clones_views_of_a_reused_buffer(tiny_qwen3):
+def test_collect_clones_views_of_a_reused_buffer(tiny_qwen3):
     names = ModelWeightNames.from_model_path(tiny_qwen3)
     buffer = torch.zeros(2, 4 * 64)
-    acc = LoRAAccumulator(resolve=names.resolve_lora)
-    buffer[0] = 1.0
-    buffer[1] = 2.0
-    acc.add_bucket([
-        ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", buffer[0].view(4, 64)),
-        ("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", buffer[1].view(64, 4)),
-    ])
-    buffer.fill_(9.0)  # the producer reuses its buffer for the next bucket
-    adapter = acc.finish()
+
+    def producer():
+        buffer[0] = 1.0
+        buffer[1] = 2.0
+        yield "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", buffer[0].view(4, 64)
+        yield "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", buffer[1].view(64, 4)
+        buffer.fill_(9.0)  # the producer reuses its buffer for what comes next
+
+    adapter = AdapterCollector().collect(producer(), names.resolve_lora)
     assert torch.all(adapter.tensors["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"] == 1.0)
-    assert adapter.num_buckets == 1 and adapter.nbytes == 2 * 4 * 64 * 4
+    assert adapter.nbytes == 2 * 4 * 64 * 4
     assert adapter.module_leaves() == ["q_proj"]
 
 
-def test_accumulator_resolves_a_whole_bucket_before_moving_any_tensor(tiny_qwen3):
-    """An unknown name fails the bucket before anything of it is copied or recorded."""
+def test_an_unknown_name_fails_the_sync_before_anything_is_kept(tiny_qwen3):
     names = ModelWeightNames.from_model_path(tiny_qwen3)
-    acc = LoRAAccumulator(resolve=names.resolve_lora, device="cpu")
+    collector = AdapterCollector(device="cpu")
     prefix = "base_model.model.model.layers.0.self_attn.q_proj"
     with pytest.raises(KeyError):
-        acc.add_bucket([(f"{prefix}.lora_A.weight", torch.randn(4, 64)),
-                        ("base_model.model.model.layers.0.self_attn.nope.lora_B.weight", torch.randn(64, 4))])
-    assert acc.tensors == {} and acc.nbytes == 0 and acc._modules == []
+        collector.collect(iter([(f"{prefix}.lora_A.weight", torch.randn(4, 64)),
+                                ("base_model.model.model.layers.0.self_attn.nope.lora_B.weight", torch.randn(64, 4))]),
+                          names.resolve_lora)
+    assert collector.flat is None and collector.entries == []
 
 
 def test_snapshot_of_views_into_one_buffer_writes_and_reads_back(tmp_path):
@@ -82,17 +91,15 @@ def test_snapshot_of_views_into_one_buffer_writes_and_reads_back(tmp_path):
     assert torch.equal(loaded[f"{prefix}.lora_A.weight"], a) and torch.equal(loaded[f"{prefix}.lora_B.weight"], b)
 
 
-def test_accumulator_rejects_empty_duplicate_and_half_pairs(tiny_qwen3):
+def test_collect_rejects_empty_duplicate_and_half_pairs(tiny_qwen3):
     names = ModelWeightNames.from_model_path(tiny_qwen3)
     with pytest.raises(ValueError, match="no tensors"):
-        LoRAAccumulator(resolve=names.resolve_lora).finish()
-    acc = LoRAAccumulator(resolve=names.resolve_lora)
+        AdapterCollector().collect(iter([]), names.resolve_lora)
     t = ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", torch.zeros(4, 64))
-    acc.add_bucket([t])
     with pytest.raises(ValueError, match="twice"):
-        acc.add_bucket([t])
+        AdapterCollector().collect(iter([t, t]), names.resolve_lora)
     with pytest.raises(KeyError, match="missing lora_A or lora_B"):
-        acc.finish()
+        AdapterCollector().collect(iter([t]), names.resolve_lora)
 
 
 def test_fingerprint_tracks_content():

@@ -2,10 +2,10 @@
 against the real ``SGLangLoRARollout`` in a Ray actor (tests/server_probe.py: SGLang's engine and HTTP side are
 stand-ins; the tensor-load body is validated with SGLang's own request class).
 
-- a peft adapter (names as verl's FSDP engine hands them over, on CPU) goes through collect -> push plan -> one
-  load under ``verl_lora_v<step>`` -> activation -> canary -> snapshot;
-- with ``server_max_restarts=1`` the server dies in the middle of that load; the client's retries hit the dead
-  port, then it asks the (restarted, recovered) actor again, follows it to its new port and loads there;
+- a peft adapter (names as verl's FSDP engine hands them over, on CPU) goes through collect -> snapshot -> one call
+  to the server actor (load under ``verl_lora_v<step>``, activation, step, canary);
+- with ``server_max_restarts=1`` the server dies in the middle of that load; Ray re-sends the call to the restarted
+  actor, which recovered the snapshot written before the call, so the re-sent push is acknowledged, not lost;
 - an adapter with non-zero ``lora_B`` that the server does not apply (the stand-in ignores adapters) fails the
   canary loudly: the step stops instead of training on the base policy's samples.
 """
@@ -59,6 +59,8 @@ out["sync1"] = asyncio.run(client.update_weights(adapter(), global_steps=1, peft
 out["state1"] = ray.get(srv.state.remote())
 snap = read_snapshot(Path(out["state1"]["snapshot_root"]))
 out["snapshot"] = None if snap is None else {"name": snap.name, "version": snap.version}
+from safetensors.torch import load_file
+out["snapshot_tensors"] = None if snap is None else len(load_file(f"{snap.path}/adapter_model.safetensors"))
 
 with torch.no_grad():  # a trained adapter: non-zero lora_B, which the stand-in server does not apply
     for name, p in lora.named_parameters():
@@ -82,9 +84,10 @@ def test_client_syncs_follows_a_restarted_server_and_the_canary_catches_an_ignor
 
     sync1, state1 = out["sync1"], out["state1"]
     assert sync1["version"] == 1 and sync1["name"] == "verl_lora_v1"
-    assert sync1["tensors"] == 2 * 7 * 2  # A and B of 7 projections in each of the 2 layers
-    assert state1["restarts"] == 1  # the server died mid-load and was recovered before the second round
-    assert [d["lora_name"] for d in state1["loaded_from_tensors"]] == ["verl_lora_v1"]  # decoded by SGLang's class
+    assert sync1["action"] == "ack"  # the re-sent call found version 1 already recovered from the snapshot
+    assert out["snapshot_tensors"] == 2 * 7 * 2  # A and B of 7 projections in each of the 2 layers
+    assert state1["restarts"] == 1  # the server died mid-load and was recovered before the re-sent call
+    assert [d["lora_name"] for d in state1["loaded_from_disk"]] == ["verl_lora_v1"]
     assert state1["active"] == "verl_lora_v1" and state1["global_steps"] == 1
     assert state1["last_canary"]["verdict"] == "pass"  # LoRA's initial all-zero B changes nothing
     assert out["snapshot"] == {"name": "verl_lora_v1", "version": 1}

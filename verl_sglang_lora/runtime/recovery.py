@@ -1,11 +1,12 @@
 """Serving again after the SGLang server died (``engine_kwargs.sglang_lora.server_max_restarts > 0``).
 
-When SGLang's scheduler dies it takes the Ray actor that hosts it down (seen on the H200). With
+When SGLang's scheduler dies it takes the Ray actor that hosts it down (SGLang's SIGQUIT handler). With
 ``server_max_restarts`` the plugin's replica creates its server actors with Ray's ``max_restarts`` and
 ``max_task_retries``: Ray re-creates the actor under the same name and re-sends the calls that were in flight
 (generate requests of the rollout, the weight-sync client's calls). The restarted actor knows it was
 reconstructed and, before serving its first call, relaunches SGLang and loads the newest adapter snapshot
-(``sync.snapshot``) under its versioned name, so rollouts go on with the adapter the trainer last pushed.
+(``sync.snapshot``) under its versioned name through the same door as every adapter sync
+(``SGLangLoRARollout._load_adapter_from_disk``), so rollouts go on with the adapter the trainer last pushed.
 
 Only adapter mode can be recovered this way: the base weights of a restarted server are the checkpoint's
 (relaunched with ``load_format=auto`` where verl asked for ``dummy``: the trainer's one-time base sync does not
@@ -20,7 +21,7 @@ import logging
 import time
 from typing import Any
 
-from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient, server_url
+from verl_sglang_lora.runtime.sync.canary import CanaryExpectation
 from verl_sglang_lora.runtime.sync.snapshot import read_snapshot
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,18 @@ class RestartRecovery:
             return report
 
 
+def snapshot_canary(path: str, min_delta: float) -> dict[str, Any]:
+    """The canary expectation of a snapshot's adapter, so the recovered server proves it serves it."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    config = json.loads((Path(path) / "adapter_config.json").read_text())
+    tensors = load_file(str(Path(path) / "adapter_model.safetensors"))
+    return CanaryExpectation.of(tensors, float(config["lora_alpha"]) / float(config["r"]), min_delta).to_dict()
+
+
 def ray_restart_options(max_restarts: int) -> dict[str, int]:
     """Options for ``ray.remote`` on the server actor class: retry in-flight calls once per allowed restart."""
     return {"max_restarts": max_restarts, "max_task_retries": max_restarts} if max_restarts > 0 else {}
@@ -72,10 +85,8 @@ async def recover_server(server: Any) -> dict[str, Any]:
     if snap is None:
         logger.warning("sglang_lora: no adapter snapshot; the BASE policy is served until the next adapter sync")
     else:
-        client = SGLangHTTPClient(server_url(*server.own_address()), timeout_s=server.settings.http_timeout_s,
-                                  max_attempts=server.settings.http_max_attempts)
-        await client.post("load_lora_adapter", {"lora_name": snap.name, "lora_path": snap.path})
-        server.adapters.activate(snap.name, snap.version, snap.fingerprint)
+        canary = snapshot_canary(snap.path, server.settings.canary_min_delta) if server.settings.canary else None
+        await server._load_adapter_from_disk(snap.name, snap.path, snap.version, snap.fingerprint, canary)
         if snap.global_steps is not None:
             server.global_steps = snap.global_steps
         report = {"adapter": snap.name, "version": snap.version}

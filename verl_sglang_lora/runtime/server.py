@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import logging
 import sys
+import time
 from typing import Any
 
 import ray
@@ -27,7 +29,10 @@ from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import KV_CACHE, MemoryTagLedger
 from verl_sglang_lora.runtime.recovery import RestartRecovery, ray_restart_options
 from verl_sglang_lora.runtime.settings import PluginSettings
+from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
+from verl_sglang_lora.sglang_contract.errors import SGLangRequestError
 from verl_sglang_lora.sglang_contract.installed import io_struct
+from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_REQUEST_CLASS
 from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 from verl_sglang_lora.verl_glue.server_args import wrap_server_args
@@ -73,6 +78,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self._raw_generate_request = None
         self._warned_no_adapter = False
         self._pending_canary: tuple[str, CanaryExpectation] | None = None
+        self._unload_retry: list[str] = []  # stale versions SGLang refused to unload
         self.last_canary: dict[str, Any] | None = None
         # restart recovery (recovery.py): a reconstructed actor relaunches SGLang before its first call
         ctx = ray.get_runtime_context()
@@ -112,16 +118,9 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
     async def _recover_if_restarted(self) -> None:
         await self.recovery.ensure(self)
 
-    def own_address(self) -> tuple[str, int]:
-        return super().get_server_address()
-
     async def get_server_address(self) -> tuple[str, int]:
         await self._recover_if_restarted()
-        return self.own_address()
-
-    def snapshot_dir(self) -> str:
-        """Where the weight-sync client keeps the newest adapter for a restarted server (same node)."""
-        return str(self.snapshot_root)
+        return super().get_server_address()
 
     def _pin_adapter_on_every_request(self) -> None:
         """Wrap the tokenizer manager's entry point: verl's generate and the HTTP /generate route both pass it."""
@@ -137,7 +136,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 async for out in raw(obj, request):
                     yield out
             finally:
-                self._release(own)
+                await self._release(own)
 
         tm.generate_request = generate_request
 
@@ -157,10 +156,11 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             return
         obj.lora_path = lease.name
 
-    def _release(self, lease: Lease | None) -> None:
+    async def _release(self, lease: Lease | None) -> None:
+        """Unpin; a version no request holds any more is unloaded now (awaited: its failure is seen)."""
         stale = self.adapters.release(lease)
         if stale:
-            asyncio.ensure_future(self._unload(stale))
+            await self._unload(stale)
 
     # ---- generation -----------------------------------------------------------------------------------
     async def generate(self, *args: Any, **kwargs: Any) -> Any:
@@ -174,7 +174,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             output = await super().generate(*args, **kwargs)
         finally:
             _current_lease.reset(token)
-            self._release(lease)
+            await self._release(lease)
         version = lease.version if lease else -1
         staleness = int(self.global_steps) - lease.version if lease is not None and self.global_steps is not None else None
         self.sync_metrics.record_sample(version, staleness)
@@ -228,28 +228,65 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
     def memory_status(self) -> dict[str, Any]:
         return {"as_adapter": self.lora.as_adapter, "plan": list(self.memory.plan), "released": sorted(self.memory.released)}
 
-    # ---- adapter versions (driven by the weight-sync client) -------------------------------------------
-    async def adapter_push_plan(self, version: int, fingerprint: str) -> dict[str, Any]:
-        await self._recover_if_restarted()
-        action = self.adapters.check_push(version, fingerprint)
-        return {"action": action, "name": self.adapters.active.name if action == "ack" else self.adapters.name_for(version)}
+    # ---- adapter syncs: the one door (one Ray call per sync from the weight-sync client) --------------------
+    def snapshot_dir(self) -> str:
+        """Where the weight-sync client keeps the newest adapter for a restarted server (same node; asked once)."""
+        return str(self.snapshot_root)
 
-    async def activate_adapter(
-        self, name: str, version: int, fingerprint: str, stats: dict | None = None, canary: dict | None = None
-    ) -> dict:
+    async def sync_adapter(self, push: AdapterPush) -> dict[str, Any]:
+        """Load one adapter version, make it the one new requests use, set verl's step, queue the canary.
+
+        An exact re-push (same version, same fingerprint) is acknowledged without a load, so a call Ray re-sends
+        to a restarted actor (which recovered that version from its snapshot) is idempotent.
+        """
         await self._recover_if_restarted()
+        t0 = time.perf_counter()
+        if self.adapters.check_push(push.version, push.fingerprint) == "ack":
+            logger.info("sglang_lora: version %d already served as %s; ack", push.version, self.adapters.active.name)
+            return {"action": "ack", "name": self.adapters.active.name, "version": push.version}
+        name = self.adapters.name_for(push.version)
+        request = io_struct(LORA_REQUEST_CLASS)(lora_name=name, **push.request_fields)
+        await self._sglang_call("load_lora_adapter_from_tensors", request)
+        t_load = time.perf_counter()
+        await self._activate(name, push.version, push.fingerprint, push.canary)
+        await self.set_global_steps(push.global_steps if push.global_steps is not None else push.version)
+        stats = push.stats
+        stats.load_ms = round((t_load - t0) * 1e3, 2)
+        stats.activate_ms = round((time.perf_counter() - t_load) * 1e3, 2)
+        stats.total_ms = round(stats.total_ms + (time.perf_counter() - t0) * 1e3, 2)
+        self.sync_metrics.record_sync(stats)
+        self._warn_if_metrics_unread()
+        logger.info("sglang_lora: adapter %s active (version %d) %s", name, push.version, stats)
+        return {"action": "load", "name": name, "version": push.version, "stats": dataclasses.asdict(stats)}
+
+    async def _load_adapter_from_disk(self, name: str, path: str, version: int, fingerprint: str,
+                                      canary: dict | None = None) -> None:
+        """The same door for an adapter on disk (restart recovery reads its snapshot this way)."""
+        await self._sglang_call("load_lora_adapter", io_struct("LoadLoRAAdapterReqInput")(lora_name=name, lora_path=path))
+        await self._activate(name, version, fingerprint, canary)
+
+    async def _activate(self, name: str, version: int, fingerprint: str, canary: dict | None) -> None:
         stale = self.adapters.activate(name, version, fingerprint)
-        if stale:
-            await self._unload(stale)
-        if stats:
-            self.sync_metrics.record_sync(stats)
-            self._warn_if_metrics_unread()
-            logger.info("sglang_lora: adapter %s active (version %d) %s", name, version, stats)
+        await self._unload(stale + self._unload_retry, raise_on_failure=True)
         if canary is not None:
             self._pending_canary = (name, CanaryExpectation(**canary))
         if KV_CACHE not in self.memory.released:  # otherwise at resume_memory(kv_cache)
             await self._serve_newest_adapter()
-        return self.adapters.status()
+
+    async def _sglang_call(self, method: str, request: Any) -> Any:
+        """One adapter request through the tokenizer manager this actor owns; SGLang's refusal raises with its
+        message, and a call that does not return within ``http_timeout_s`` is an error, never a hang."""
+        timeout = self.settings.http_timeout_s
+        try:
+            result = await asyncio.wait_for(getattr(self.tokenizer_manager, method)(request, None), timeout)
+        except asyncio.TimeoutError:
+            raise SGLangRequestError(method, None, f"no answer within {timeout:.0f} s "
+                                     "(engine_kwargs.sglang_lora.http_timeout_s); is SGLang's scheduler alive?") from None
+        except Exception as exc:  # an assert or error inside SGLang's handler: keep its text
+            raise SGLangRequestError(method, None, f"{type(exc).__name__}: {exc}") from exc
+        if getattr(result, "success", True) is False:
+            raise SGLangRequestError(method, 200, str(getattr(result, "error_message", result)))
+        return result
 
     async def _serve_newest_adapter(self) -> None:
         """With the KV cache resident: drop prefixes cached under an earlier adapter, then run the pending canary."""
@@ -285,13 +322,21 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
     def adapter_status(self) -> dict[str, Any]:
         return {**self.adapters.status(), "last_canary": self.last_canary}
 
-    async def _unload(self, names: list[str]) -> None:
-        cls = io_struct("UnloadLoRAAdapterReqInput")
-        for name in names:
-            result = await self.tokenizer_manager.unload_lora_adapter(cls(lora_name=name), None)
-            if getattr(result, "success", True) is False:
-                raise RuntimeError(f"SGLang refused to unload adapter {name}: {getattr(result, 'error_message', result)}")
-        self.adapters.forget(names)
+    async def _unload(self, names: list[str], raise_on_failure: bool = False) -> None:
+        """Unload stale versions. A refusal is logged with SGLang's message, counted, and the name retried at the
+        next activation, where a second refusal raises into the trainer: a leak is never silent."""
+        failed: list[str] = []
+        for name in dict.fromkeys(names):
+            try:
+                await self._sglang_call("unload_lora_adapter", io_struct("UnloadLoRAAdapterReqInput")(lora_name=name))
+            except SGLangRequestError as exc:
+                failed.append(name)
+                self.sync_metrics.unload_failures += 1
+                logger.warning("sglang_lora: unloading stale adapter %s failed: %s", name, exc)
+                if raise_on_failure and name in self._unload_retry:
+                    raise
+        self.adapters.forget([n for n in names if n not in failed])
+        self._unload_retry = [n for n in self._unload_retry if n not in names] + failed
 
     async def canary(self, prompt_ids: list[int], adapter: str) -> dict[str, float]:
         """Log-probs of a fixed prompt with and without ``adapter``; the client judges the difference."""

@@ -9,12 +9,14 @@ from typing import Any
 from verl_sglang_lora.verl_glue.config_access import cfg_get, to_plain
 
 SETTINGS_PATH = "actor_rollout_ref.rollout.engine_kwargs.sglang_lora"
+REMOVED = {
+    "bucket_mb": "SGLang takes an adapter in one load, so a bucket never bounded the device memory of a sync; the "
+                 "adapter is now gathered into one flat device buffer of exactly its size, reused every sync",
+}
 
 
 @dataclass(frozen=True)
 class PluginSettings:
-    bucket_mb: int = 64
-    """Upper bound of one adapter bucket moved to the device before accumulation."""
     max_lora_rank: int | None = None
     """SGLang's --max-lora-rank; defaults to the LoRA rank."""
     canary: bool = True
@@ -24,6 +26,7 @@ class PluginSettings:
     verify_checksums: bool = False
     """Send sha256 per tensor where SGLang verifies them (>=0.5.18); costs a device->host copy."""
     http_timeout_s: float = 300.0
+    """Longest wait for one SGLang request (an adapter load in the server actor, an HTTP call of the tools)."""
     http_max_attempts: int = 3
     """Attempts for retryable failures (connection refused/reset, timeouts, 502/503/504); 4xx fail at once."""
     server_max_restarts: int = 0
@@ -35,6 +38,9 @@ class PluginSettings:
     def from_rollout_config(cls, rollout_config: Any) -> "PluginSettings":
         raw = to_plain(cfg_get(cfg_get(rollout_config, "engine_kwargs", {}), "sglang_lora", {})) or {}
         known = {f.name for f in fields(cls)}
+        for key, why in REMOVED.items():
+            if key in raw:
+                raise ValueError(f"{SETTINGS_PATH}.{key} was removed: {why}. Fix: delete the key.")
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"{SETTINGS_PATH} has unknown key(s) {unknown}; known: {sorted(known)}")
@@ -44,8 +50,10 @@ class PluginSettings:
             raise ValueError(f"{SETTINGS_PATH}: {exc}") from exc
 
     def __post_init__(self) -> None:
-        if self.bucket_mb <= 0:
-            raise ValueError(f"{SETTINGS_PATH}.bucket_mb must be > 0, got {self.bucket_mb}")
+        if self.http_timeout_s <= 0:
+            raise ValueError(f"{SETTINGS_PATH}.http_timeout_s must be > 0 seconds, got {self.http_timeout_s}")
+        if self.canary_min_delta < 0:
+            raise ValueError(f"{SETTINGS_PATH}.canary_min_delta must be >= 0, got {self.canary_min_delta}")
         if self.http_max_attempts < 1:
             raise ValueError(f"{SETTINGS_PATH}.http_max_attempts must be >= 1")
         if self.server_max_restarts < 0:

@@ -1,9 +1,9 @@
 """``SGLangLoRAServerAdapter``: the weight-sync client verl instantiates in every hybrid worker for
 ``rollout.name=sglang_lora`` (registered in ``verl.workers.rollout.base._ROLLOUT_REGISTRY``).
 
-Adapter syncs take the plugin's path: names resolved against the served checkpoint, tensors streamed in
-bounded buckets to the device, one load under a versioned name built from the installed SGLang's struct,
-a canary, then an atomic switch on the server. Base-weight syncs (first sync in adapter mode, merge mode, no
+Adapter syncs take the plugin's path: names resolved against the served checkpoint, tensors gathered into one
+persistent flat device buffer, the load request built from the installed SGLang's struct, then one call to the
+server actor, which loads it under a versioned name, switches to it atomically and runs the canary. Base-weight syncs (first sync in adapter mode, merge mode, no
 LoRA) keep verl's bucketed ``update_weights_from_tensor`` path, with names resolved and tensors moved to the
 device first. Memory release/resume is delegated to the server's ledger.
 """
@@ -17,28 +17,26 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
-from verl_sglang_lora.verl_glue.config_guards import check_config
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import sleep_level
 from verl_sglang_lora.runtime.settings import PluginSettings
-from verl_sglang_lora.sglang_contract.errors import SGLangRequestError
-from verl_sglang_lora.sglang_contract.http_client import SGLangHTTPClient, server_url
+from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
+from verl_sglang_lora.runtime.sync.canary import CanaryExpectation
+from verl_sglang_lora.runtime.sync.device import current_device, to_device
+from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector, FlatAdapter
+from verl_sglang_lora.runtime.sync.metrics import SyncStats
+from verl_sglang_lora.runtime.sync.snapshot import write_snapshot
+from verl_sglang_lora.runtime.sync.versions import adapter_name
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, lora_module_path
-from verl_sglang_lora.runtime.sync.adapter_push import adapter_load_body, collect_adapter
-from verl_sglang_lora.runtime.sync.canary import CanaryExpectation
-from verl_sglang_lora.runtime.sync.snapshot import write_snapshot
+from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
+from verl_sglang_lora.verl_glue.config_guards import check_config
 from verl_sglang_lora.verl_glue.imports import load_verl_server_adapter
 
 logger = logging.getLogger(__name__)
 logger.setLevel(logging.INFO)
 
 _VerlServerAdapter = load_verl_server_adapter()
-
-
-def _device() -> torch.device | None:
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
 
 
 class SGLangLoRAServerAdapter(_VerlServerAdapter):
@@ -49,7 +47,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         self._sleep_level = sleep_level(self.lora.as_adapter)
         self.settings = PluginSettings.from_rollout_config(self.config)
         self._names: ModelWeightNames | None = None
-        self._http: SGLangHTTPClient | None = None
+        self._collector = AdapterCollector(current_device())
         self._snapshot_root: Path | None = None
         self._internal_version = -1
 
@@ -97,78 +95,56 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
 
     def _base_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         """Base weights with SGLang names (checked against the checkpoint), each on the device."""
-        names, device, dropped = self.weight_names(), _device(), 0
+        names, device, dropped = self.weight_names(), current_device(), 0
         for name, tensor in weights:
             if lora_module_path(name) is not None:
                 dropped += 1  # adapter tensors go through the adapter sync that follows
                 continue
-            yield names.resolve_base(name), tensor.to(device) if device is not None and tensor.device.type == "cpu" else tensor
+            yield names.resolve_base(name), to_device(tensor, device)
         if dropped:
             logger.warning("sglang_lora: %d LoRA tensors in a base-weight sync were not sent as base weights", dropped)
 
     async def _sync_adapter(self, weights: Iterable[tuple[str, torch.Tensor]], peft_config: Any, global_steps: int | None) -> dict:
+        """Gather the adapter into the persistent device buffer, then one call to the server actor: load, activate,
+        step, canary. A snapshot for restart recovery is written before the call, so a server lost mid-load
+        recovers this version (and Ray's re-sent call is then acknowledged)."""
         t0 = time.perf_counter()
         if not self._is_leader():
             for _ in weights:  # consume in lockstep with the leader in case the producer runs collectives
                 pass
             return {}
         version = self._version(global_steps)
-        adapter = collect_adapter(weights, self.weight_names().resolve_lora, self.settings.bucket_mb << 20, _device())
+        adapter = self._collector.collect(weights, self.weight_names().resolve_lora)
         config_dict = normalize_peft_config(
             peft_config, rank=self.lora.rank, alpha=self.lora.alpha, modules=adapter.module_leaves()
         )
         t_collect = time.perf_counter()
-
-        tp = sglang_rank_count(self.config)
-        for attempt in (1, 2):  # a second round only when the server went away mid-load (restart recovery)
-            plan = await self.server_actor.adapter_push_plan.remote(version, adapter.fingerprint)
-            if plan["action"] == "ack":
-                logger.info("sglang_lora: version %d already served as %s; ack", version, plan["name"])
-                return {"version": version, "action": "ack", "name": plan["name"]}
-            body = adapter_load_body(plan["name"], config_dict, adapter, tp, self.settings.verify_checksums)
-            try:
-                await (await self.http()).load_lora_adapter_from_tensors(body)
-                break
-            except SGLangRequestError as exc:
-                if exc.status is not None or attempt == 2 or self.settings.server_max_restarts == 0:
-                    raise
-                logger.warning("sglang_lora: SGLang unreachable during the adapter load (%s); asking the server "
-                               "actor again (Ray restarts it with server_max_restarts)", exc)
-        t_load = time.perf_counter()
-        snapshot_ms = await self._snapshot(plan["name"], version, adapter, config_dict, global_steps)
-
-        expect = None
+        fields = adapter_request_fields(config_dict, adapter, sglang_rank_count(self.config), self.settings.verify_checksums)
+        t_request = time.perf_counter()
+        snapshot_ms = await self._snapshot(version, adapter, config_dict, global_steps)
+        canary = None
         if self.settings.canary:
             scaling = float(config_dict["lora_alpha"]) / float(config_dict["r"])
-            expect = CanaryExpectation.of(adapter.tensors, scaling, self.settings.canary_min_delta)
-        stats = {
-            "version": version,
-            "name": plan["name"],
-            "buckets": adapter.num_buckets,
-            "tensors": len(adapter.tensors),
-            "bytes": adapter.nbytes,
-            "collect_ms": round((t_collect - t0) * 1e3, 2),
-            "load_ms": round((t_load - t_collect) * 1e3, 2),
-            "snapshot_ms": snapshot_ms,
-            "total_ms": round((time.perf_counter() - t0) * 1e3, 2),
-        }
-        # the server runs the canary as soon as its KV cache is resident (now, or at resume(kv_cache))
-        await self.server_actor.activate_adapter.remote(
-            plan["name"], version, adapter.fingerprint, stats, None if expect is None else expect.to_dict()
+            canary = CanaryExpectation.of(adapter.tensors, scaling, self.settings.canary_min_delta).to_dict()
+        stats = SyncStats(
+            version=version, tensors=len(adapter.entries), bytes=adapter.nbytes,
+            collect_ms=round((t_collect - t0) * 1e3, 2), request_ms=round((t_request - t_collect) * 1e3, 2),
+            snapshot_ms=snapshot_ms, total_ms=round((time.perf_counter() - t0) * 1e3, 2),
         )
-        await self.server_actor.set_global_steps.remote(global_steps if global_steps is not None else version)
-        logger.info("sglang_lora: adapter sync %s", stats)
-        return stats
+        push = AdapterPush(version, adapter.fingerprint, global_steps, fields, stats, canary)
+        result = await self.server_actor.sync_adapter.remote(push)
+        logger.info("sglang_lora: adapter sync %s", result)
+        return result
 
-    async def _snapshot(self, name: str, version: int, adapter: Any, config: dict, global_steps: int | None) -> float:
+    async def _snapshot(self, version: int, adapter: FlatAdapter, config: dict, global_steps: int | None) -> float:
         """Keep the adapter where a restarted server finds it (only with server_max_restarts > 0)."""
         if self.settings.server_max_restarts == 0:
             return 0.0
         t0 = time.perf_counter()
         if self._snapshot_root is None:  # fixed per server actor (job, node, name), also across its restarts
             self._snapshot_root = Path(await self.server_actor.snapshot_dir.remote())
-        write_snapshot(self._snapshot_root, name=name, version=version, fingerprint=adapter.fingerprint, global_steps=global_steps,
-                       tensors=adapter.tensors, peft_config=config)
+        write_snapshot(self._snapshot_root, name=adapter_name(version), version=version, fingerprint=adapter.fingerprint,
+                       global_steps=global_steps, tensors=adapter.tensors, peft_config=config)
         return round((time.perf_counter() - t0) * 1e3, 2)
 
     def _version(self, global_steps: int | None) -> int:
@@ -177,21 +153,6 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             return self._internal_version
         self._internal_version = max(self._internal_version, int(global_steps))
         return int(global_steps)
-
-    async def http(self) -> SGLangHTTPClient:
-        """A body-preserving client for this replica's server, at the address the server actor reports now.
-
-        Asked on every sync (one actor call): a server actor restarted by Ray listens on a new port.
-        """
-        address = server_url(*await self.server_actor.get_server_address.remote())
-        if self._http is None or self._http.base_url != address:
-            if self._http is not None:
-                logger.warning("sglang_lora: SGLang moved from %s to %s (server restarted)", self._http.base_url, address)
-                self._engine = None  # verl's own HTTP adapter is rebuilt at its next use
-            self._http = SGLangHTTPClient(
-                address, timeout_s=self.settings.http_timeout_s, max_attempts=self.settings.http_max_attempts
-            )
-        return self._http
 
 
 __all__ = ["SGLangLoRAServerAdapter"]

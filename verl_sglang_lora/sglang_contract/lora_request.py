@@ -24,6 +24,8 @@ PER_RANK_FIELD = "serialized_named_tensors"
 SINGLE_FIELD = "serialized_tensors"
 REQUEST_CLASS = "LoadLoRAAdapterFromTensorsReqInput"
 FLATTENED_FORMAT = "flattened_bucket"
+# A byte buffer and its layout: (name, shape, dtype, byte offset, byte count) per tensor.
+FlatBytes = tuple[torch.Tensor, list[tuple[str, tuple[int, ...], torch.dtype, int, int]]]
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,23 @@ def flattened_bucket_class() -> type | None:
     return FlattenedTensorBucket if getattr(FlattenedTensorBucket, "supports_multi_dtypes", False) else None
 
 
-def flattened_payload(named_tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-    """The dict SGLang's ``load_lora_adapter_from_tensors`` rebuilds a flattened bucket from."""
+def flattened_payload(named_tensors: Mapping[str, torch.Tensor], flat: FlatBytes | None = None) -> dict[str, Any]:
+    """The dict SGLang's ``load_lora_adapter_from_tensors`` rebuilds a flattened bucket from.
+
+    With ``flat`` (the tensors already live in one byte buffer) the bucket is described over that buffer with
+    SGLang's own metadata class, so no second copy of the adapter is made.
+    """
     bucket_cls = flattened_bucket_class()
     if bucket_cls is None:
         raise RuntimeError("the installed SGLang has no FlattenedTensorBucket with mixed-dtype support")
+    if flat is not None:
+        from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorMetadata
+
+        buffer, layout = flat
+        metadata = [FlattenedTensorMetadata(name=name, shape=torch.Size(shape), dtype=dtype, start_idx=offset,
+                                            end_idx=offset + nbytes, numel=nbytes)
+                    for name, shape, dtype, offset, nbytes in layout]
+        return {"flattened_tensor": buffer, "metadata": metadata}
     bucket = bucket_cls(named_tensors=[(name, t.detach().contiguous()) for name, t in named_tensors.items()])
     return {"flattened_tensor": bucket.get_flattened_tensor(), "metadata": bucket.get_metadata()}
 
@@ -95,8 +109,14 @@ def tensor_checksums(named_tensors: Mapping[str, torch.Tensor]) -> dict[str, str
     return out
 
 
-def build_lora_request(
-    lora_name: str,
+def build_lora_request(lora_name: str, config_dict: dict[str, Any], named_tensors: Mapping[str, torch.Tensor], *,
+                       cls: type | None = None, **options: Any) -> Any:
+    """An instance of the installed ``LoadLoRAAdapterFromTensorsReqInput`` (options: :func:`lora_request_fields`)."""
+    cls = cls or io_struct(REQUEST_CLASS)
+    return cls(lora_name=lora_name, **lora_request_fields(config_dict, named_tensors, cls=cls, **options))
+
+
+def lora_request_fields(
     config_dict: dict[str, Any],
     named_tensors: Mapping[str, torch.Tensor],
     *,
@@ -104,10 +124,12 @@ def build_lora_request(
     checksums: dict[str, str] | None = None,
     cls: type | None = None,
     flatten: bool | None = None,
-) -> Any:
-    """An instance of the installed ``LoadLoRAAdapterFromTensorsReqInput``.
+    flat: FlatBytes | None = None,
+) -> dict[str, Any]:
+    """Every field of the installed request but ``lora_name`` (the server actor names the version it loads).
 
-    ``flatten`` (default: wherever the release accepts it) sends one ``FlattenedTensorBucket`` per rank.
+    ``flatten`` (default: wherever the release accepts it) sends one ``FlattenedTensorBucket`` per rank, over
+    ``flat`` where the tensors already live in one byte buffer.
 
     Per-rank releases get one serialization per TP rank, as SGLang's own producer does: a serialized tensor
     handle is meant to be received once (on CPU a second deserialization fails outright; for CUDA-IPC SGLang
@@ -121,9 +143,9 @@ def build_lora_request(
     flatten = shape.flattened if flatten is None else flatten
     if flatten and not shape.flattened:
         raise ValueError(f"{cls.__name__} of the installed SGLang does not take load_format={FLATTENED_FORMAT!r}")
-    kwargs: dict[str, Any] = {"lora_name": lora_name, "config_dict": config_dict}
-    # one flattened copy shared by the ranks' serializations (each gets its own IPC handle record)
-    payload: Any = flattened_payload(named_tensors) if flatten else dict(named_tensors)
+    kwargs: dict[str, Any] = {"config_dict": config_dict}
+    # one flattened buffer shared by the ranks' serializations (each gets its own IPC handle record)
+    payload: Any = flattened_payload(named_tensors, flat) if flatten else dict(named_tensors)
     if flatten:
         kwargs["load_format"] = FLATTENED_FORMAT
     if shape.per_rank:
@@ -132,7 +154,7 @@ def build_lora_request(
         kwargs[shape.field] = base64.b64encode(serialize_payload(payload)).decode("ascii")
     if checksums is not None and shape.has_checksums:
         kwargs["expected_checksums"] = checksums
-    return cls(**kwargs)
+    return kwargs
 
 
 def request_to_json(req: Any) -> dict[str, Any]:

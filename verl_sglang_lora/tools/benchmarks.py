@@ -3,10 +3,10 @@
     python -m verl_sglang_lora.tools.benchmarks --shape qwen3-0.6b --iters 20 [--shape qwen3-8b] [--json out.json]
 
 Against a real SGLang server on a checkpoint written here (real model shapes, all-zero weights, no download; not
-``--load-format dummy``: SGLang refuses disk adapter loads under it, as seen on the H200). Each path that fails is
+``--load-format dummy``: SGLang refuses disk adapter loads under it). Each path that fails is
 reported in the table with its error instead of ending the run:
 - adapter sync latency p50/p95 for an r32 all-linear adapter handed over on CPU, as verl's FSDP engine does:
-  the plugin's path (names resolved, bounded buckets to the device, one request for the installed SGLang,
+  the plugin's path (names resolved, copied into a persistent flat device buffer, one request for the installed SGLang,
   unload of the previous version) vs save-to-disk + ``/load_lora_adapter`` vs verl's own ServerAdapter code
   (run unbound against the same server; reported as failing where it fails);
 - base-weight sync throughput (``update_weights_from_tensor``) vs the measured device-to-device copy bandwidth;
@@ -34,7 +34,10 @@ from verl_sglang_lora.sglang_contract.lora_request import request_shape
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
 from verl_sglang_lora.tools.sglang_launcher import SGLangProcess
-from verl_sglang_lora.runtime.sync.adapter_push import adapter_load_body, collect_adapter
+from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
+from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
+from verl_sglang_lora.sglang_contract.installed import io_struct
+from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS, request_to_json
 from verl_sglang_lora.runtime.sync.versions import AdapterVersions, adapter_name
 
 SHAPES: dict[str, dict[str, Any]] = {
@@ -131,19 +134,21 @@ async def guarded(coro: Any) -> tuple[Any, str | None]:
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
 
 
-async def bench_plugin(client, names, adapter, config, iters, bucket_mb, flatten: bool | None = None,
+async def bench_plugin(client, names, adapter, config, iters, flatten: bool | None = None,
                        phases: dict[str, list[float]] | None = None, first_version: int = 0) -> list[float]:
     """The plugin's sync, end to end; ``phases`` (if given) gets collect / build request / load / unload ms."""
-    device = torch.device("cuda")
+    collector = AdapterCollector(torch.device("cuda"))  # persistent flat buffer, as in the sync client
+    request_cls = io_struct(REQUEST_CLASS)
     times, prev = [], None
     for v in range(first_version, first_version + iters + 1):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        acc = collect_adapter(iter(adapter), names.resolve_lora, bucket_mb << 20, device)
+        flat = collector.collect(iter(adapter), names.resolve_lora)
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         name = adapter_name(v)
-        body = adapter_load_body(name, config, acc, tp_size=1, flatten=flatten)
+        fields = adapter_request_fields(config, flat, tp_size=1, flatten=flatten)
+        body = request_to_json(request_cls(lora_name=name, **fields))
         t2 = time.perf_counter()
         await client.load_lora_adapter_from_tensors(body)
         t3 = time.perf_counter()
@@ -212,13 +217,11 @@ async def bench_verl_stock(addr: str, model_dir: Path, adapter, config, iters) -
     return times, None
 
 
-async def bench_base_sync(client, names: ModelWeightNames, model_dir: Path, bucket_mb: int) -> dict[str, float]:
+async def bench_base_sync(client, names: ModelWeightNames, model_dir: Path, bucket_mb: int = 512) -> dict[str, float]:
     import transformers
 
     from sglang.srt.utils import MultiprocessingSerializer
 
-    from verl_sglang_lora.sglang_contract.installed import io_struct
-    from verl_sglang_lora.sglang_contract.lora_request import request_to_json
 
     cfg = transformers.AutoConfig.from_pretrained(model_dir)
     with torch.device("meta"):
@@ -267,7 +270,7 @@ def bench_version_pinning(n: int = 200_000) -> float:
     return (time.perf_counter_ns() - t0) / n
 
 
-def run_shape(shape: str, iters: int, rank: int, bucket_mb: int, mem: float) -> dict[str, Any]:
+def run_shape(shape: str, iters: int, rank: int, mem: float) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix=f"bench_{shape}_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
     model_dir = write_checkpoint(shape, root / "model")
     names = model_names(model_dir)
@@ -284,8 +287,8 @@ def run_shape(shape: str, iters: int, rank: int, bucket_mb: int, mem: float) -> 
         flattened = request_shape().flattened
 
         async def main():
-            plugin = await guarded(bench_plugin(client, names, adapter, config, iters, bucket_mb, phases=phases))
-            per_tensor = (await guarded(bench_plugin(client, names, adapter, config, iters, bucket_mb, flatten=False,
+            plugin = await guarded(bench_plugin(client, names, adapter, config, iters, phases=phases))
+            per_tensor = (await guarded(bench_plugin(client, names, adapter, config, iters, flatten=False,
                                                      first_version=iters + 1))) if flattened else (None, "n/a")
             disk = await guarded(bench_disk(client, adapter, config, iters, root))
             stock, stock_err = await bench_verl_stock(server.addr, model_dir, adapter, config, iters)
@@ -338,7 +341,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", action="append", choices=sorted(SHAPES), help="repeatable; default qwen3-0.6b")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--rank", type=int, default=32)
-    p.add_argument("--bucket-mb", type=int, default=64)
     p.add_argument("--mem-fraction", type=float, default=0.5)
     p.add_argument("--json", type=Path)
     p.add_argument("--pinning-only", action="store_true", help="only the CPU hot-path measurement (no GPU needed)")
@@ -349,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = []
     for shape in args.shape or ["qwen3-0.6b"]:
-        results.append(run_shape(shape, args.iters, args.rank, args.bucket_mb, args.mem_fraction))
+        results.append(run_shape(shape, args.iters, args.rank, args.mem_fraction))
         print("result", json.dumps(results[-1]), flush=True)  # survives a later shape's failure or timeout
     print_table(results, pin_ns)
     if args.json:

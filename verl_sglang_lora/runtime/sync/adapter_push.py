@@ -1,39 +1,41 @@
-"""The adapter push pipeline shared by the weight-sync client and the benchmarks: collect the stream into one
-device-resident adapter, then build the load request body for the installed SGLang."""
+"""What the weight-sync client hands the server actor for one adapter sync: one Ray call carries it all."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
-import torch
-
-from verl_sglang_lora.sglang_contract.lora_request import build_lora_request, request_to_json, tensor_checksums
-from verl_sglang_lora.runtime.sync.buckets import AccumulatedAdapter, LoRAAccumulator, iter_buckets
-
-
-def collect_adapter(
-    weights: Iterable[tuple[str, torch.Tensor]],
-    resolve: Callable[[str], tuple[str, str, str]],
-    bucket_bytes: int,
-    device: torch.device | str | None,
-) -> AccumulatedAdapter:
-    """Names resolved, tensors moved to ``device`` bucket by bucket, A/B pairs checked, fingerprinted."""
-    acc = LoRAAccumulator(resolve=resolve, device=device)
-    for bucket in iter_buckets(weights, bucket_bytes):
-        acc.add_bucket(bucket)
-    return acc.finish()
+from verl_sglang_lora.runtime.sync.flat_adapter import FlatAdapter
+from verl_sglang_lora.runtime.sync.metrics import SyncStats
+from verl_sglang_lora.sglang_contract.lora_request import lora_request_fields, tensor_checksums
 
 
-def adapter_load_body(
-    name: str,
+@dataclass
+class AdapterPush:
+    """One adapter version for ``SGLangLoRARollout.sync_adapter``.
+
+    ``request_fields`` are the installed SGLang's ``LoadLoRAAdapterFromTensorsReqInput`` fields except
+    ``lora_name``: the server actor names the version it loads (a re-push of a version gets a revision name).
+    The tensors travel as CUDA-IPC handles and stay alive in the client until the call returns.
+    """
+
+    version: int
+    fingerprint: str
+    global_steps: int | None
+    request_fields: dict[str, Any]
+    stats: SyncStats = field(default_factory=SyncStats)
+    canary: dict[str, Any] | None = None  # CanaryExpectation.to_dict(), or None with the canary off
+
+
+def adapter_request_fields(
     config_dict: dict[str, Any],
-    adapter: AccumulatedAdapter,
+    adapter: FlatAdapter,
     tp_size: int,
     verify_checksums: bool = False,
     flatten: bool | None = None,
 ) -> dict[str, Any]:
-    """JSON body for ``/load_lora_adapter_from_tensors``, shaped by the installed SGLang's struct (one flattened
-    bucket where the release takes it, unless ``flatten=False``)."""
+    """The load request's fields for the installed SGLang, the flattened form described over the adapter's buffer."""
     checksums = tensor_checksums(adapter.tensors) if verify_checksums else None
-    req = build_lora_request(name, config_dict, adapter.tensors, tp_size=tp_size, checksums=checksums, flatten=flatten)
-    return request_to_json(req)
+    layout = [(e.name, e.shape, e.dtype, e.offset, e.nbytes) for e in adapter.entries]
+    return lora_request_fields(config_dict, adapter.tensors, tp_size=tp_size, checksums=checksums, flatten=flatten,
+                               flat=(adapter.flat, layout))

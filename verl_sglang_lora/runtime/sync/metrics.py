@@ -1,46 +1,76 @@
 """Per-step sync and staleness figures kept by the server actor, drained into verl's metrics each step.
 
-The weight-sync client hands its stats to the server with every activation; every generate records which
-adapter version served it. ``drain`` returns the figures under ``sglang_lora/...`` keys and starts a new step.
+Every figure is declared once, with how replicas combine it: :class:`SyncStats` for one adapter sync (filled
+by the client and the server actor), :class:`SyncMetrics` for the step's counters. ``drain`` and
+``merge_replica_metrics`` read those declarations, so a new figure is one new field.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 PREFIX = "sglang_lora/"
+SUM, MAX, MIN, MEAN = "sum", "max", "min", "mean"
+
+
+def figure(merge: str, default: Any = 0):
+    """A metric field and how replicas' values combine (sum, max, min or mean)."""
+    return field(default=default, metadata={"merge": merge})
+
+
+@dataclass
+class SyncStats:
+    """One adapter sync, as reported under ``sglang_lora/sync_<field>``."""
+
+    version: int = figure(MAX, -1)
+    tensors: int = figure(SUM)
+    bytes: int = figure(SUM)
+    collect_ms: float = figure(MAX, 0.0)  # trainer stream -> flat device buffer, names checked, fingerprint
+    request_ms: float = figure(MAX, 0.0)  # request fields built for the installed SGLang (IPC handles)
+    snapshot_ms: float = figure(MAX, 0.0)  # recovery snapshot written (server_max_restarts > 0)
+    load_ms: float = figure(MAX, 0.0)  # SGLang's load, inside the server actor
+    activate_ms: float = figure(MAX, 0.0)  # switch, unload of stale versions, cache flush
+    total_ms: float = figure(MAX, 0.0)  # client start to activation (the Ray reply is not counted)
+
+    def as_metrics(self) -> dict[str, float]:
+        return {f"{PREFIX}sync_{k}": float(v) for k, v in asdict(self).items()}
 
 
 @dataclass
 class SyncMetrics:
-    last_sync: dict[str, float] = field(default_factory=dict)
-    syncs: int = 0
-    restarts: int = 0  # Ray restarts of the server actor recovered (recovery.py)
-    samples: int = 0
-    base_samples: int = 0  # served before any adapter was active (version -1)
+    last_sync: SyncStats | None = None
+    syncs: int = figure(SUM)
+    restarts: int = figure(SUM)  # Ray restarts of the server actor recovered (runtime/recovery.py)
+    unload_failures: int = figure(SUM)  # SGLang refused to unload a stale version (retried at the next sync)
+    samples: int = figure(SUM)
+    base_policy_samples: int = figure(SUM)  # served before any adapter was active (version -1)
     staleness_n: int = 0
     staleness_sum: int = 0
-    staleness_max: int = 0
-    version_min: int | None = None
-    version_max: int | None = None
+    staleness_max: int = figure(MAX)
+    served_version_min: int | None = figure(MIN, None)
+    served_version_max: int | None = figure(MAX, None)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record_sync(self, stats: Mapping[str, Any]) -> None:
-        """One adapter activation (the client's stats dict: version, bytes, tensors, *_ms)."""
+    def record_sync(self, stats: SyncStats | Mapping[str, Any]) -> None:
+        """One adapter activation."""
+        if not isinstance(stats, SyncStats):
+            known = {f.name for f in fields(SyncStats)}
+            stats = SyncStats(**{k: v for k, v in stats.items() if k in known})
         with self._lock:
             self.syncs += 1
-            self.last_sync = {k: float(v) for k, v in stats.items() if isinstance(v, (int, float))}
+            self.last_sync = stats
 
     def record_sample(self, version: int, staleness: int | None) -> None:
         with self._lock:
             self.samples += 1
             if version < 0:
-                self.base_samples += 1
+                self.base_policy_samples += 1
                 return
-            self.version_min = version if self.version_min is None else min(self.version_min, version)
-            self.version_max = version if self.version_max is None else max(self.version_max, version)
+            lo, hi = self.served_version_min, self.served_version_max
+            self.served_version_min = version if lo is None else min(lo, version)
+            self.served_version_max = version if hi is None else max(hi, version)
             if staleness is not None:
                 self.staleness_n += 1
                 self.staleness_sum += staleness
@@ -49,40 +79,39 @@ class SyncMetrics:
     def drain(self) -> dict[str, float]:
         """The figures since the last drain (the last sync's stats are kept until a newer sync)."""
         with self._lock:
-            out: dict[str, float] = {f"{PREFIX}syncs": float(self.syncs), f"{PREFIX}samples": float(self.samples),
-                                     f"{PREFIX}base_policy_samples": float(self.base_samples),
-                                     f"{PREFIX}server_restarts": float(self.restarts)}
-            for key in ("total_ms", "collect_ms", "load_ms", "bytes", "tensors", "buckets", "version"):
-                if key in self.last_sync:
-                    out[f"{PREFIX}sync_{key}"] = self.last_sync[key]
+            out = {f"{PREFIX}{k}": float(getattr(self, k)) for k in _merged_fields(SyncMetrics)
+                   if getattr(self, k) is not None and k != "staleness_max"}
+            out[f"{PREFIX}server_restarts"] = out.pop(f"{PREFIX}restarts")
+            if self.last_sync is not None:
+                out.update(self.last_sync.as_metrics())
             if self.staleness_n:
                 out[f"{PREFIX}staleness_mean"] = self.staleness_sum / self.staleness_n
                 out[f"{PREFIX}staleness_max"] = float(self.staleness_max)
-            if self.version_min is not None:
-                out[f"{PREFIX}served_version_min"] = float(self.version_min)
-                out[f"{PREFIX}served_version_max"] = float(self.version_max)
-            self.syncs = self.restarts = self.samples = self.base_samples = 0
-            self.staleness_n = self.staleness_sum = self.staleness_max = 0
-            self.version_min = self.version_max = None
+            for f in fields(self):
+                if f.name not in ("last_sync", "_lock"):
+                    setattr(self, f.name, f.default)
             return out
 
 
+def _merged_fields(cls: type) -> dict[str, str]:
+    return {f.name: f.metadata["merge"] for f in fields(cls) if "merge" in f.metadata}
+
+
+def merge_rules() -> dict[str, str]:
+    """``sglang_lora/<key>`` -> how replicas combine it, from the declarations above."""
+    rules = {f"{PREFIX}{k}": m for k, m in _merged_fields(SyncMetrics).items()}
+    rules[f"{PREFIX}server_restarts"] = rules.pop(f"{PREFIX}restarts")
+    rules.update({f"{PREFIX}sync_{k}": m for k, m in _merged_fields(SyncStats).items()})
+    rules[f"{PREFIX}staleness_mean"] = MEAN
+    return rules
+
+
 def merge_replica_metrics(per_replica: list[Mapping[str, float]]) -> dict[str, float]:
-    """One figure per key over the replicas: sums for counts, max for versions/staleness/latency, mean else."""
-    if not per_replica:
-        return {}
-    summed = ("syncs", "server_restarts", "samples", "base_policy_samples", "sync_bytes", "sync_tensors")
-    maxed = ("staleness_max", "served_version_max", "sync_version", "sync_total_ms", "sync_load_ms", "sync_collect_ms")
+    """One figure per key over the replicas, combined as each figure declares (mean for undeclared keys)."""
+    rules = merge_rules()
+    combine = {SUM: sum, MAX: max, MIN: min, MEAN: lambda v: sum(v) / len(v)}
     out: dict[str, float] = {}
     for key in sorted({k for m in per_replica for k in m}):
         values = [m[key] for m in per_replica if key in m]
-        short = key[len(PREFIX):]
-        if short in summed:
-            out[key] = float(sum(values))
-        elif short in maxed:
-            out[key] = float(max(values))
-        elif short == "served_version_min":
-            out[key] = float(min(values))
-        else:
-            out[key] = float(sum(values) / len(values))
+        out[key] = float(combine[rules.get(key, MEAN)](values))
     return out

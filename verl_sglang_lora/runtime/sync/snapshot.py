@@ -19,7 +19,7 @@ from typing import Mapping
 
 import torch
 
-from verl_sglang_lora.runtime.sync.buckets import to_device_owned
+from verl_sglang_lora.runtime.sync.device import to_device_owned
 
 POINTER = "latest.json"
 

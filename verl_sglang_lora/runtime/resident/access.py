@@ -1,0 +1,118 @@
+"""Reach SGLang's LoRA state from what a custom weight loader is given, and name slots.
+
+SGLang calls a ``--custom-weight-loader`` as ``loader(model, named_tensors)`` (0.5.8-0.5.12:
+``ModelRunner.update_weights_from_tensor``; 0.5.18+: ``WeightUpdater.update_weights_from_tensor``): only the
+served model comes along. The ``LoRAManager`` holds that model as ``base_model`` and the ``ModelRunner`` holds
+it as ``model`` next to ``lora_manager``, so both are among the model's gc referrers. The lookup is cached.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+from typing import Any, Iterable, Iterator
+
+_MANAGERS: dict[int, Any] = {}
+
+
+class ResidentError(RuntimeError):
+    """A guard of the resident path failed; ``code`` travels back in the status tensor."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _is_manager_of(obj: Any, model: Any) -> bool:
+    return (getattr(obj, "base_model", None) is model and hasattr(obj, "memory_pool")
+            and hasattr(obj, "lora_modules"))
+
+
+def _owners(ref: Any) -> Iterator[Any]:
+    """An instance whose attributes live in a plain ``__dict__`` refers to the model through that dict."""
+    if isinstance(ref, dict):
+        for owner in gc.get_referrers(ref):
+            if getattr(owner, "__dict__", None) is ref:
+                yield owner
+    else:
+        yield ref
+
+
+def _manager_in(candidates: Iterable[Any], model: Any) -> Any | None:
+    for obj in candidates:
+        if _is_manager_of(obj, model):
+            return obj
+        runner_manager = getattr(obj, "lora_manager", None) if getattr(obj, "model", None) is model else None
+        if runner_manager is not None and _is_manager_of(runner_manager, model):
+            return runner_manager
+    return None
+
+
+def find_lora_manager(model: Any) -> Any:
+    """The ``LoRAManager`` serving ``model`` (raises ``ResidentError`` if LoRA is not enabled)."""
+    cached = _MANAGERS.get(id(model))
+    if cached is not None and cached.base_model is model:
+        return cached
+    refs = [owner for ref in gc.get_referrers(model) for owner in _owners(ref)]
+    manager = _manager_in(refs, model)
+    if manager is None:  # slow path: any live object (only ever at attach)
+        manager = _manager_in((o for o in gc.get_objects() if hasattr(o, "memory_pool")), model)
+    if manager is None:
+        raise ResidentError(3, "no LoRAManager holds the served model: launch SGLang with --enable-lora")
+    _MANAGERS[id(model)] = manager
+    return manager
+
+
+def resolve_uid(manager: Any, slot: str) -> str:
+    """The pool uid (``lora_id``) of a slot named by its ``lora_name`` or already by its ``lora_id``."""
+    if slot in manager.loras:
+        return slot
+    hits = [uid for uid, ref in manager.lora_refs.items() if getattr(ref, "lora_name", None) == slot]
+    if len(hits) != 1:
+        raise ResidentError(4, f"slot {slot!r}: {len(hits)} loaded adapters carry that name")
+    return hits[0]
+
+
+def buffer_id(manager: Any, uid: str) -> int:
+    """The pool slot index holding ``uid`` (raises if the adapter is not resident)."""
+    slot = manager.memory_pool.uid_to_buffer_id.get(uid)
+    if slot is None:
+        raise ResidentError(5, f"adapter {uid} is not resident in the LoRA memory pool")
+    return int(slot)
+
+
+def is_pinned(manager: Any, uid: str) -> bool:
+    return bool(getattr(manager.lora_refs.get(uid), "pinned", False))
+
+
+def ensure_resident(manager: Any, uid: str) -> int:
+    """Make ``uid`` resident (SGLang's own ``fetch_new_loras``) and return its slot; call with the server idle."""
+    if uid not in manager.memory_pool.uid_to_buffer_id:
+        manager.fetch_new_loras({uid})
+    return buffer_id(manager, uid)
+
+
+def notify_slots_updated(manager: Any, slots: set[int]) -> None:
+    """0.5.23 lets LoRA modules cache per-slot state and refreshes it on this hook; older releases lack it."""
+    hook = getattr(manager, "_notify_lora_slots_updated", None)
+    if callable(hook):
+        hook(set(slots))
+
+
+def new_adapter(manager: Any, uid: str) -> Any:
+    """A fresh ``LoRAAdapter`` built the way the manager builds the one of ``uid`` (same config, backend,
+    base model), for feeding SGLang's own normalization with other tensors. Constructor arguments are read
+    from the release's signature, not assumed."""
+    existing = manager.loras[uid]
+    cls = type(existing)
+    kwargs = {}
+    for name, param in inspect.signature(cls.__init__).parameters.items():
+        if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if hasattr(existing, name):
+            kwargs[name] = getattr(existing, name)
+        elif name == "base_hf_config":
+            kwargs[name] = manager.base_hf_config
+        elif param.default is inspect.Parameter.empty:
+            raise ResidentError(6, f"cannot rebuild {cls.__name__}: no value for {name!r}")
+    return cls(**kwargs)

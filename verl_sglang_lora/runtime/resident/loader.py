@@ -1,0 +1,174 @@
+"""The ``--custom-weight-loader`` entry point: ``verl_sglang_lora.runtime.resident.loader.apply``.
+
+SGLang imports it by dotted path (``dynamic_import``) inside each TP rank's scheduler process and calls
+``apply(model, named_tensors)`` from ``update_weights_from_tensor`` when the request's ``load_format`` equals
+that path (the path must also be listed in ``--custom-weight-loader``). The tensors are that rank's list,
+already moved to the rank's current CUDA device. See ``protocol`` for the request format.
+
+``apply`` never raises: an exception there would escape ``update_weights_from_tensor`` into the scheduler's
+request loop. Every outcome, failures included, goes to the status tensor (and the log).
+
+Ops (``op=`` in the header name):
+  attach   slot=<lora_name> [version=N] [write=1] + adapter tensors: trace SGLang's layout for this rank, bind
+           it to these tensors (kept referenced: send persistent buffers, e.g. CUDA IPC views of the trainer's
+           flat buffer) and optionally write them.
+  write    slot=<lora_name> version=N [checksum=0]: copy the attached sources into the slot; adapter tensors in
+           the same request are used instead (bound with the attached or a freshly traced layout).
+  compare  slot=<lora_name> ref=<lora_name>: byte-compare two resident slots (e.g. against an adapter that
+           SGLang loaded the normal way); the mismatch list goes to the message tensor.
+  checksum slot=<lora_name>: checksum of the slot over the attached plan.
+  detach   slot=<lora_name>: forget the attached binding.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+import torch
+
+from . import protocol as P
+from .access import (ResidentError, buffer_id, ensure_resident, find_lora_manager, is_pinned,
+                     notify_slots_updated, resolve_uid)
+from .execute import pair_checksums, run_copies, slot_checksum
+from .plan import CopyPair, SlotLayout, bind
+from .trace import trace_layout
+from .verify import compare_slots
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SlotState:
+    """What one attach left behind for one slot on this rank."""
+
+    uid: str
+    buffer_id: int
+    layout: SlotLayout
+    pairs: list[CopyPair]
+    version: int = -1
+
+
+_SLOTS: dict[tuple[int, str], SlotState] = {}
+
+
+def _sync(pairs: list[CopyPair]) -> None:
+    if pairs and pairs[0][1].is_cuda:
+        torch.cuda.current_stream(pairs[0][1].device).synchronize()
+
+
+def _layout_for(manager: Any, uid: str, tensors: dict, known: Optional[SlotLayout]) -> SlotLayout:
+    if known is not None:
+        try:
+            known.check_sources(tensors)
+            return known
+        except ValueError:
+            pass
+    layout = trace_layout(manager, uid, tensors)
+    if layout.unused_sources:
+        raise ResidentError(7, f"SGLang's load ignores {len(layout.unused_sources)} tensors, e.g. "
+                               f"{layout.unused_sources[0]}: they would never reach the slot")
+    return layout
+
+
+def _copy(pairs: list[CopyPair], checksum: bool) -> dict[int, int]:
+    t0 = time.perf_counter_ns()
+    n = run_copies(pairs)
+    _sync(pairs)
+    out = {P.N_COPIES: n, P.COPY_NS: time.perf_counter_ns() - t0}
+    if checksum:
+        (s0, s1), (d0, d1) = pair_checksums(pairs)
+        out.update({P.SRC0: s0, P.SRC1: s1, P.DST0: d0, P.DST1: d1})
+        if (s0, s1) != (d0, d1):
+            raise ResidentError(12, f"slot checksum {(d0, d1)} != source checksum {(s0, s1)}")
+    return out
+
+
+def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
+    name = req.get("slot")
+    if not name:
+        raise ResidentError(1, f"op={req.op} needs slot=<lora_name>")
+    uid = resolve_uid(manager, name)
+    if not is_pinned(manager, uid) and req.get("allow_unpinned") != "1":
+        raise ResidentError(10, f"slot {name!r} is not pinned: SGLang may evict it and reload stale weights")
+    return uid, ensure_resident(manager, uid)
+
+
+def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
+    """Run one request; returns (status fields, message). Raises ``ResidentError`` on a failed guard."""
+    manager = find_lora_manager(model)
+    uid, slot = _slot(manager, req)
+    key = (id(manager), uid)
+    state = _SLOTS.get(key)
+    fields: dict[int, int] = {P.BUFFER_ID: slot, P.VERSION: req.int("version", state.version if state else -1)}
+    if req.op == "detach":
+        _SLOTS.pop(key, None)
+        return fields, "detached"
+    if req.op == "compare":
+        ref_uid = resolve_uid(manager, req.get("ref") or "")
+        mismatches = compare_slots(manager.memory_pool, slot, buffer_id(manager, ref_uid))
+        fields[P.MISMATCHES] = len(mismatches)
+        text = "\n".join(str(m) for m in mismatches) or "slots are byte-identical"
+        if mismatches and req.get("fail_on_mismatch", "1") == "1":
+            raise ResidentError(14, text)
+        return fields, text
+    if state is not None and state.buffer_id != slot:
+        raise ResidentError(9, f"slot {uid} moved from pool index {state.buffer_id} to {slot}")
+    if req.op == "attach":
+        if not req.tensors:
+            raise ResidentError(1, "op=attach carries the adapter tensors")
+        layout = _layout_for(manager, uid, req.tensors, state.layout if state else None)
+        state = SlotState(uid, slot, layout, bind(layout, manager.memory_pool, slot, req.tensors), fields[P.VERSION])
+        _SLOTS[key] = state
+        if req.get("write") == "1":
+            fields.update(_copy(state.pairs, req.get("checksum", "1") == "1"))
+            notify_slots_updated(manager, {slot})
+        return fields, f"attached {len(state.pairs)} copies ({state.layout.copied_elements} elements)"
+    if req.op == "checksum":
+        if state is None:
+            raise ResidentError(11, "op=checksum needs an attached slot")
+        d0, d1 = slot_checksum(state.pairs)
+        fields.update({P.DST0: d0, P.DST1: d1, P.N_COPIES: len(state.pairs)})
+        return fields, "checksum"
+    # write
+    if req.tensors:
+        layout = _layout_for(manager, uid, req.tensors, state.layout if state else None)
+        pairs = bind(layout, manager.memory_pool, slot, req.tensors)
+    elif state is not None:
+        pairs = state.pairs
+    else:
+        raise ResidentError(11, "op=write without adapter tensors needs an attached slot")
+    fields.update(_copy(pairs, req.get("checksum", "1") == "1"))
+    notify_slots_updated(manager, {slot})
+    if state is not None:
+        state.version = fields[P.VERSION]
+    return fields, "written"
+
+
+def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """SGLang's custom-weight-loader hook. Never raises; reports through the request's status tensor."""
+    t0 = time.perf_counter_ns()
+    req = None
+    try:
+        req = P.parse(named_tensors)
+    except Exception as exc:  # noqa: BLE001 - nothing to report into without a header
+        logger.error("verl resident loader: unusable request (%s: %s)", type(exc).__name__, exc)
+        return
+    seq = req.int("seq", 0) if (req.get("seq") or "").lstrip("-").isdigit() else 0
+    try:
+        fields, message = handle(model, req)
+        fields.update({P.STATE: P.OK, P.SEQ: seq, P.TOTAL_NS: time.perf_counter_ns() - t0})
+    except ResidentError as exc:
+        fields, message = {P.STATE: P.FAILED, P.ERROR: exc.code, P.SEQ: seq}, str(exc)
+        logger.error("verl resident loader: op=%s failed (%s): %s", req.op, P.ERRORS.get(exc.code), exc)
+    except Exception as exc:  # noqa: BLE001 - must not escape into SGLang's request loop
+        fields, message = {P.STATE: P.FAILED, P.ERROR: 2, P.SEQ: seq}, f"{type(exc).__name__}: {exc}"
+        logger.exception("verl resident loader: op=%s raised", req.op)
+    try:
+        P.write_status(req.status, fields)
+        P.write_message(req.message, message)
+    except Exception:  # noqa: BLE001
+        logger.exception("verl resident loader: could not write the status tensor")
+

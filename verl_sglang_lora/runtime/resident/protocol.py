@@ -1,0 +1,163 @@
+"""Wire format of a resident request: everything rides in ``update_weights_from_tensor``'s named tensors.
+
+SGLang gives a custom loader only ``(model, named_tensors)`` and ignores its return value on every release
+(0.5.8-0.5.23 answer ``success=True, "Success"`` once the loader returns; an exception escapes the call and
+the scheduler's request loop). So:
+
+* the request (op, slot, version, ...) travels in the **name** of one header tensor:
+  ``verl_resident.v1|op=write|slot=verl_lora_slot1|version=17|seq=5``;
+* the header tensor **is** the status tensor: int64[STATUS_LEN], which the loader overwrites with the result.
+  The caller sees it only if the tensor reaches the scheduler as shared memory: a CUDA tensor on the same GPU
+  as that TP rank, sent through SGLang's ``MultiprocessingSerializer`` (CUDA IPC; ``_unwrap_tensor``'s
+  ``.to(device)`` is then a no-op). A CPU tensor arrives as a private GPU copy: the loader still works and
+  logs, but the caller cannot read the status. One status tensor per TP rank (per-rank payload list);
+* an optional uint8 tensor named ``verl_resident.v1|message`` receives a NUL-terminated UTF-8 message
+  (error text, or the mismatch list of ``op=compare``);
+* all other tensors are adapter weights under their PEFT names
+  (``base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight``), unsliced, in any order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+import torch
+
+PREFIX = "verl_resident.v1"
+MESSAGE_NAME = f"{PREFIX}|message"
+MAGIC = 0x56534C52  # "VSLR"
+STATUS_LEN = 16
+OPS = ("attach", "write", "compare", "checksum", "detach")
+
+# status slots
+MAGIC_I, STATE, ERROR, VERSION, BUFFER_ID, N_COPIES, SRC0, SRC1, DST0, DST1, MISMATCHES, COPY_NS, TOTAL_NS, SEQ = \
+    range(14)
+PENDING, OK, FAILED = 0, 1, 2
+
+ERRORS = {
+    1: "bad request",
+    2: "unexpected exception in the loader",
+    3: "LoRA is not enabled on the server",
+    4: "unknown slot name",
+    5: "slot adapter is not resident in the pool",
+    6: "cannot rebuild SGLang's LoRAAdapter",
+    7: "unsupported adapter or pool layout",
+    8: "traced layout is inconsistent",
+    9: "slot moved to another pool index since attach",
+    10: "slot adapter is not pinned",
+    11: "no attached sources for this slot",
+    12: "checksum of the written slot differs from the source",
+    13: "adapter tensors differ from the attached layout",
+    14: "slots differ",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    op: str
+    fields: dict[str, str]
+    status: torch.Tensor
+    message: Optional[torch.Tensor]
+    tensors: dict[str, torch.Tensor]
+
+    def get(self, key: str, default: Optional[str] = None) -> Optional[str]:
+        return self.fields.get(key, default)
+
+    def int(self, key: str, default: int = 0) -> int:
+        value = self.fields.get(key)
+        return default if value is None else int(value)
+
+
+def header_name(op: str, **fields: Any) -> str:
+    """The header tensor's name for ``op`` with ``key=value`` fields (no '|' or '=' inside values)."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}")
+    parts = [PREFIX, f"op={op}"]
+    for key, value in fields.items():
+        text = str(value)
+        if "|" in text or "=" in text:
+            raise ValueError(f"{key}={text!r}: '|' and '=' are reserved")
+        parts.append(f"{key}={text}")
+    return "|".join(parts)
+
+
+def new_status(device: Any = None) -> torch.Tensor:
+    status = torch.zeros(STATUS_LEN, dtype=torch.int64, device=device)
+    status[MAGIC_I] = MAGIC
+    return status
+
+
+def new_message(size: int = 4096, device: Any = None) -> torch.Tensor:
+    return torch.zeros(size, dtype=torch.uint8, device=device)
+
+
+def request_tensors(op: str, status: torch.Tensor, adapter: Optional[dict] = None,
+                    message: Optional[torch.Tensor] = None, **fields: Any) -> list[tuple[str, torch.Tensor]]:
+    """The named-tensor list a client sends (one TP rank's list)."""
+    out = [(header_name(op, **fields), status)]
+    if message is not None:
+        out.append((MESSAGE_NAME, message))
+    out.extend(sorted((adapter or {}).items()))
+    return out
+
+
+def parse(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Request:
+    """Split a loader call into header fields, status/message tensors and adapter tensors."""
+    header, status, message, tensors = None, None, None, {}
+    for name, tensor in named_tensors:
+        if name == MESSAGE_NAME:
+            message = tensor
+        elif name.startswith(PREFIX + "|"):
+            if header is not None:
+                raise ValueError("two header tensors in one request")
+            header, status = name, tensor
+        else:
+            tensors[name] = tensor
+    if header is None or status is None:
+        raise ValueError(f"no '{PREFIX}|op=...' header tensor in the request")
+    if status.dtype != torch.int64 or status.numel() < STATUS_LEN:
+        raise ValueError(f"status tensor must be int64[{STATUS_LEN}], got {status.dtype}{tuple(status.shape)}")
+    fields = dict(part.split("=", 1) for part in header.split("|")[1:])
+    op = fields.pop("op", "")
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}")
+    return Request(op, fields, status, message, tensors)
+
+
+def write_status(status: torch.Tensor, values: dict[int, int]) -> None:
+    """One small H2D copy of the whole status row (magic included), then a sync so the caller can read it."""
+    row = torch.zeros(STATUS_LEN, dtype=torch.int64)
+    row[MAGIC_I] = MAGIC
+    for index, value in values.items():
+        row[index] = int(value)
+    status.view(-1)[:STATUS_LEN].copy_(row)
+    if status.is_cuda:
+        torch.cuda.current_stream(status.device).synchronize()
+
+
+def write_message(message: Optional[torch.Tensor], text: str) -> None:
+    if message is None or message.numel() == 0:
+        return
+    data = text.encode("utf-8")[: message.numel() - 1] + b"\0"
+    message.view(-1)[: len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    if message.is_cuda:
+        torch.cuda.current_stream(message.device).synchronize()
+
+
+def read_status(status: torch.Tensor) -> dict[str, Any]:
+    """Client side: the status row as a dict (``ok``, ``error``, checksums, timings)."""
+    v = status.view(-1)[:STATUS_LEN].tolist()
+    return {
+        "magic_ok": v[MAGIC_I] == MAGIC, "state": v[STATE], "ok": v[STATE] == OK, "error": v[ERROR],
+        "error_text": ERRORS.get(v[ERROR], "") if v[ERROR] else "", "version": v[VERSION],
+        "buffer_id": v[BUFFER_ID], "copies": v[N_COPIES], "src_checksum": (v[SRC0], v[SRC1]),
+        "dst_checksum": (v[DST0], v[DST1]), "mismatches": v[MISMATCHES], "copy_ns": v[COPY_NS],
+        "total_ns": v[TOTAL_NS], "seq": v[SEQ],
+    }
+
+
+def read_message(message: torch.Tensor) -> str:
+    data = bytes(message.view(-1).cpu().tolist())
+    return data.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+

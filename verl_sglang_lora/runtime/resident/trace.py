@@ -1,0 +1,156 @@
+"""Trace SGLang's own adapter load, element by element, to learn where each adapter byte lands in a slot.
+
+For one layer at a time, every source element gets a unique int64 id; a fresh ``LoRAAdapter`` (built like the
+slot's) runs SGLang's ``initialize_weights_from_tensors`` (``_process_weight`` + ``_normalize_weights``: q/k/v
+and gate/up stacking, zero fill of a missing k_proj), then the pool class's own ``load_lora_weight_to_buffer``
+runs against a stand-in pool whose buffers are one-slot int64 probes prefilled with -1. TP slicing happens
+inside, through the real LoRA layer objects' ``slice_lora_{a,b}_weights`` (``(W, tp_rank)`` on <= 0.5.12,
+``(W)`` on >= 0.5.18 -- SGLang calls them, so the signature never matters here). What the probe holds
+afterwards is SGLang's layout for that release, rank, TP rank and slot shape; nothing is reproduced.
+
+The stand-in is an attribute view: methods of the real pool class run with ``self`` = the view, so every
+``self.X`` they read comes from the real pool except the replaced buffers (and a few switches that only
+concern CPU staging: pinned-memory caching on 0.5.23).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from collections import defaultdict
+from typing import Any, Iterator, Mapping
+
+import torch
+
+from .access import ResidentError, new_adapter
+from .plan import UNTOUCHED, Block, SlotLayout, blocks_from_trace, source_specs
+
+_EMPTY_DICT_ATTRS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer",
+                     "new_embeddings_buffer")
+_ADAPTER_EMPTY_ATTRS = ("embedding_layers", "added_tokens_embeddings", "pinned_embedding_layers",
+                        "pinned_added_tokens_embeddings")
+
+
+class AttributeView:
+    """``base`` with some attributes replaced; class methods looked up through the view run against it."""
+
+    def __init__(self, base: Any, **replaced: Any) -> None:
+        object.__setattr__(self, "_base", base)
+        object.__setattr__(self, "_replaced", dict(replaced))
+
+    def __getattr__(self, name: str) -> Any:
+        replaced = object.__getattribute__(self, "_replaced")
+        if name in replaced:
+            return replaced[name]
+        base = object.__getattribute__(self, "_base")
+        try:
+            raw = inspect.getattr_static(type(base), name)
+        except AttributeError:
+            return getattr(base, name)
+        if isinstance(raw, staticmethod):
+            return raw.__func__
+        if isinstance(raw, classmethod):
+            return raw.__func__.__get__(type(base))
+        if inspect.isfunction(raw):
+            return raw.__get__(self)
+        if isinstance(raw, property):
+            return raw.fget(self)
+        return getattr(base, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:  # writes stay in the view
+        object.__getattribute__(self, "_replaced")[name] = value
+
+
+def layer_of(name: str) -> int | None:
+    """SGLang's own layer-id parser (what ``_process_weight`` uses to file a weight under a layer)."""
+    from sglang.srt.layers.utils import get_layer_id
+
+    return get_layer_id(name)
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _dense_keys(pool: Any) -> list[str]:
+    keys = sorted(set(pool.A_buffer) | set(pool.B_buffer))
+    moe = [k for k in keys if pool.A_buffer[k][0].dim() != 3 or pool.B_buffer[k][0].dim() != 3]
+    if moe:  # SGLang pre-scales MoE B by lora_alpha/r while loading: not a copy, so no copy plan
+        raise ResidentError(7, f"MoE LoRA pool buffers {moe} are not supported by the resident path")
+    return keys
+
+
+def trace_layer(manager: Any, uid: str, layer: int, probes: Mapping[str, torch.Tensor],
+                keys: list[str]) -> dict[tuple[str, str], torch.Tensor]:
+    """SGLang's write of ``probes`` (this layer's id tensors) into a one-slot probe: {(A|B, key): 2-D trace}."""
+    pool = manager.memory_pool
+    adapter = new_adapter(manager, uid)
+    adapter.initialize_weights_from_tensors(dict(probes))
+    adapter_view = AttributeView(adapter, layers=[adapter.layers[layer]],
+                                 **{a: {} for a in _ADAPTER_EMPTY_ATTRS if hasattr(adapter, a)})
+
+    def probe(buf: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.full((1, *buf.shape[1:]), UNTOUCHED, dtype=torch.int64)]
+
+    shadow_a = {k: probe(pool.A_buffer[k][layer]) for k in keys}
+    shadow_b = {k: probe(pool.B_buffer[k][layer]) for k in keys}
+    pool_view = AttributeView(pool, A_buffer=shadow_a, B_buffer=shadow_b, num_layer=1,
+                              pin_memory_available=False, enable_lora_overlap_loading=False,
+                              **{a: {} for a in _EMPTY_DICT_ATTRS})
+    with _quiet(type(pool).__module__):
+        type(pool).load_lora_weight_to_buffer(
+            pool_view, uid, 0, adapter_view, [manager.lora_modules[layer]],
+            getattr(manager, "embed_tokens_module", None), getattr(manager, "lm_head_module", None))
+    out = {}
+    for k in keys:
+        out[("A", k)] = shadow_a[k][0][0]
+        out[("B", k)] = shadow_b[k][0][0]
+    return out
+
+
+def trace_layout(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor]) -> SlotLayout:
+    """The layout SGLang's own load path gives ``tensors`` (PEFT names, unsliced) in ``uid``'s slot.
+
+    Only shapes and names of ``tensors`` are read: they may live anywhere (e.g. the trainer's GPU buffer).
+    """
+    pool = manager.memory_pool
+    keys = _dense_keys(pool)
+    specs = source_specs(tensors)
+    by_layer: dict[int, list] = defaultdict(list)
+    for spec in specs:
+        layer = layer_of(spec.name)
+        if layer is None:
+            raise ResidentError(7, f"{spec.name}: not a per-layer LoRA weight (embedding LoRA is not supported)")
+        if len(spec.shape) != 2:
+            raise ResidentError(7, f"{spec.name}: {len(spec.shape)}-D LoRA weight (only 2-D dense weights)")
+        by_layer[layer].append(spec)
+    blocks: list[Block] = []
+    for layer in range(pool.num_layer):  # layers without weights still get SGLang's zero writes
+        probes = {s.name: torch.arange(s.id_offset + 1, s.id_offset + 1 + s.numel, dtype=torch.int64).view(s.shape)
+                  for s in by_layer.get(layer, [])}
+        for (buffer, key), trace in trace_layer(manager, uid, layer, probes, keys).items():
+            blocks.extend(blocks_from_trace(trace.numpy(), specs, buffer, key, layer))
+    used = {b.src for b in blocks if b.src is not None}
+    by_name = {s.name: s for s in specs}
+    for b in blocks:
+        if b.src is not None:
+            spec = by_name[b.src]
+            last = b.offset + (b.rows - 1) * b.stride + b.cols
+            if b.offset < 0 or last > spec.numel:
+                raise ResidentError(8, f"traced block reads outside {b.src}: {b}")
+    return SlotLayout(
+        rank=int(manager.loras[uid].config.r),
+        tp_rank=int(getattr(pool, "tp_rank", 0)),
+        tp_size=int(getattr(pool, "tp_size", 1)),
+        sources=specs,
+        blocks=tuple(blocks),
+        unused_sources=tuple(sorted(s.name for s in specs if s.name not in used)),
+    )
