@@ -9,7 +9,8 @@ import pytest
 
 from tests.conftest import sglang_or_skip
 from verl_sglang_lora.runtime.lora_plan import lora_plan
-from verl_sglang_lora.sglang_contract.launch_args import LoRAConfigError, lora_launch_args, sglang_target_modules
+from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+from verl_sglang_lora.sglang_contract.target_modules import LoRAConfigError, sglang_target_modules
 from verl_sglang_lora.verl_glue.server_args import apply_lora_args, wrap_server_args
 
 

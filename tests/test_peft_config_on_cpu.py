@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from verl_sglang_lora.sglang_contract.launch_args import LoRAConfigError
+from verl_sglang_lora.sglang_contract.target_modules import LoRAConfigError
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 
 
@@ -76,18 +76,28 @@ def test_regex_and_non_lora_refused():
 
 def test_all_linear_becomes_the_module_list_only_where_sglang_cannot_read_it(monkeypatch):
     """SGLang 0.5.8 tears the string apart (docs/compatibility.md); 0.5.12+ read it. Decided by asking SGLang."""
-    from verl_sglang_lora.sglang_contract import peft_config
+    from verl_sglang_lora.sglang_contract import target_modules
 
     cfg = {"r": 8, "target_modules": "all-linear"}
-    monkeypatch.setattr(peft_config, "sglang_reads_all_linear_string", lambda: False)
+    monkeypatch.setattr(target_modules, "sglang_reads_all_linear_string", lambda: False)
     assert normalize_peft_config(cfg, modules=["q_proj", "v_proj", "q_proj"])["target_modules"] == ["q_proj", "v_proj"]
-    assert normalize_peft_config(cfg)["target_modules"] == list(peft_config.ALL_LINEAR_HF)
-    monkeypatch.setattr(peft_config, "sglang_reads_all_linear_string", lambda: True)
+    assert normalize_peft_config(cfg)["target_modules"] == list(target_modules.ALL_LINEAR_HF)
+    monkeypatch.setattr(target_modules, "sglang_reads_all_linear_string", lambda: True)
     assert normalize_peft_config(cfg, modules=["q_proj"])["target_modules"] == "all-linear"
 
 
+def test_megatron_names_reach_the_adapter_config_as_the_hf_modules_sglang_serves():
+    """The launch flag and the adapter config come from one normalisation: a Megatron list is HF leaves in both."""
+    from verl_sglang_lora.sglang_contract.target_modules import sglang_target_modules
+
+    megatron = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+    adapter = normalize_peft_config({"r": 8, "target_modules": megatron})["target_modules"]
+    assert adapter == sorted(sglang_target_modules(megatron, supported=None))
+    assert adapter == ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
+
+
 def test_installed_sglang_is_asked_whether_it_reads_the_string():
-    from verl_sglang_lora.sglang_contract.peft_config import sglang_reads_all_linear_string
+    from verl_sglang_lora.sglang_contract.target_modules import sglang_reads_all_linear_string
 
     utils = pytest.importorskip("sglang.srt.lora.utils")
     assert sglang_reads_all_linear_string() is (utils.get_normalized_target_modules("all-linear") == {"all"})

@@ -11,11 +11,10 @@ lists into sorted lists, and guarantees ``peft_type``, ``r`` and ``lora_alpha``.
 from __future__ import annotations
 
 import json
-import functools
 from typing import Any, Iterable, Mapping
 
 from verl_sglang_lora.verl_glue.config_access import to_plain
-from verl_sglang_lora.sglang_contract.launch_args import ALL_SENTINEL, PEFT_ALL_LINEAR, LoRAConfigError
+from verl_sglang_lora.sglang_contract.target_modules import LoRAConfigError, adapter_target_modules
 
 
 def _plain_value(value: Any) -> Any:
@@ -27,27 +26,6 @@ def _plain_value(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _plain_value(v) for k, v in value.items()}
     return value
-
-
-# What PEFT's all-linear selects in a decoder LM (every linear layer but the output head), in HF names.
-ALL_LINEAR_HF = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
-
-
-@functools.lru_cache(maxsize=None)
-def sglang_reads_all_linear_string() -> bool:
-    """Whether the installed SGLang's adapter normalizer understands the string ``all-linear``.
-
-    SGLang 0.5.8 iterates a string character by character (the adapter is then refused as incompatible with the
-    memory pool); 0.5.12+ map it to the sentinel ``{"all"}``. Asked of SGLang itself, not of a version table.
-    """
-    try:
-        from sglang.srt.lora.utils import get_normalized_target_modules
-    except Exception:  # no SGLang here (e.g. a CPU preflight): keep verl's string
-        return True
-    try:
-        return get_normalized_target_modules(PEFT_ALL_LINEAR) == {ALL_SENTINEL}
-    except Exception:
-        return False
 
 
 def normalize_peft_config(
@@ -84,19 +62,7 @@ def normalize_peft_config(
     out.pop("rank", None)
     out["lora_alpha"] = out.get("lora_alpha", out.pop("alpha", alpha if alpha is not None else out["r"]))
 
-    target = out.get("target_modules", PEFT_ALL_LINEAR)
-    if isinstance(target, str):
-        if target not in (PEFT_ALL_LINEAR, ALL_SENTINEL):
-            raise LoRAConfigError(
-                f"adapter target_modules={target!r} is a regex string SGLang cannot serve; use `all-linear` or a list"
-            )
-    elif target is None:
-        target = PEFT_ALL_LINEAR
-    else:
-        target = sorted(str(t) for t in target)
-    if isinstance(target, str) and not sglang_reads_all_linear_string():
-        target = sorted(set(modules)) if modules else list(ALL_LINEAR_HF)
-    out["target_modules"] = target
+    out["target_modules"] = adapter_target_modules(out.get("target_modules"), modules)
     try:
         json.dumps(out)
     except TypeError as exc:

@@ -50,7 +50,7 @@ REGISTRATION_PROBE = (
 SGLANG_PROBE = (
     "import dataclasses, json\n"
     "from verl_sglang_lora.sglang_contract.lora_request import request_shape\n"
-    "from verl_sglang_lora.sglang_contract.launch_args import supported_target_modules\n"
+    "from verl_sglang_lora.sglang_contract.target_modules import supported_target_modules\n"
     "shape = dataclasses.asdict(request_shape())\n"
     f"print({PROBE_PREFIX!r} + json.dumps({{'shape': shape, 'supported': supported_target_modules()}}))\n"
 )
@@ -542,10 +542,10 @@ class Doctor:
 
     def check_launch_args(self, plan: Any, settings: Any) -> list[str] | None:
         from verl_sglang_lora.runtime.settings import SETTINGS_PATH
-        from verl_sglang_lora.sglang_contract.launch_args import (
+        from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+        from verl_sglang_lora.sglang_contract.target_modules import (
             TARGET_MODULES_SETTING,
             LoRAConfigError,
-            lora_launch_args,
             sglang_target_modules,
         )
 

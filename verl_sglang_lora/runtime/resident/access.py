@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import gc
 import inspect
+import weakref
 from typing import Any, Iterable, Iterator
 
-_MANAGERS: dict[int, Any] = {}
+_MANAGERS: dict[int, "weakref.ref[Any]"] = {}  # id(model) -> manager; weak, so tests do not pin pools
 
 
 class ResidentError(RuntimeError):
@@ -50,7 +51,8 @@ def _manager_in(candidates: Iterable[Any], model: Any) -> Any | None:
 
 def find_lora_manager(model: Any) -> Any:
     """The ``LoRAManager`` serving ``model`` (raises ``ResidentError`` if LoRA is not enabled)."""
-    cached = _MANAGERS.get(id(model))
+    ref = _MANAGERS.get(id(model))
+    cached = ref() if ref is not None else None
     if cached is not None and cached.base_model is model:
         return cached
     refs = [owner for ref in gc.get_referrers(model) for owner in _owners(ref)]
@@ -59,7 +61,7 @@ def find_lora_manager(model: Any) -> Any:
         manager = _manager_in((o for o in gc.get_objects() if hasattr(o, "memory_pool")), model)
     if manager is None:
         raise ResidentError(3, "no LoRAManager holds the served model: launch SGLang with --enable-lora")
-    _MANAGERS[id(model)] = manager
+    _MANAGERS[id(model)] = weakref.ref(manager)
     return manager
 
 

@@ -68,15 +68,31 @@ def _compare(buffer: str, module: str, layer: Optional[int], a: torch.Tensor, b:
     return Mismatch(buffer, module, layer, count, a.numel(), first, float(a[first]), float(b[first]))
 
 
-def compare_slots(pool: Any, slot_a: int, slot_b: int) -> list[Mismatch]:
-    """Every element of slot ``slot_a`` against slot ``slot_b``, all per-layer and embedding buffers."""
+def compare_slots(pool: Any, slot_a: int, slot_b: int, within: Optional[SlotLayout] = None) -> list[Mismatch]:
+    """Every element of slot ``slot_a`` against slot ``slot_b``, all per-layer and embedding buffers.
+
+    ``within`` restricts the comparison to the rectangles a layout writes: for slots whose bytes past the
+    adapter's rank may differ legitimately (0.5.8 allocates the pool with ``torch.empty``; a slot that once held
+    a higher-rank adapter). The default, the whole slot, also catches writes a plan misses."""
     out: list[Mismatch] = []
+    regions: dict[tuple[str, str, int], list] = {}
+    if within is not None:
+        for b in within.blocks:
+            regions.setdefault((b.buffer, b.module, b.layer), []).append(b)
     for family, buffers in (("A", pool.A_buffer), ("B", pool.B_buffer)):
         for module in sorted(buffers):
             for layer, buf in enumerate(buffers[module]):
-                m = _compare(family, module, layer, buf[slot_a], buf[slot_b])
+                a, b = buf[slot_a], buf[slot_b]
+                if within is not None:
+                    mask = torch.zeros(a.shape, dtype=torch.bool, device=a.device)
+                    for blk in regions.get((family, module, layer), []):
+                        mask[blk.row0:blk.row0 + blk.rows, blk.col0:blk.col0 + blk.cols] = True
+                    a, b = torch.where(mask, a, torch.zeros_like(a)), torch.where(mask, b, torch.zeros_like(b))
+                m = _compare(family, module, layer, a, b)
                 if m is not None:
                     out.append(m)
+    if within is not None:
+        return out
     for family in ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer",
                    "new_embeddings_buffer"):
         for module, buf in sorted(getattr(pool, family, {}).items()):

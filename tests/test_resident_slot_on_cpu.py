@@ -1,0 +1,218 @@
+"""Resident in-place slot writes against SGLang's REAL LoRA code, on CPU.
+
+SGLang 0.5.12 (the venv's) runs in-process; 0.5.23, 0.5.18 and 0.5.8 run ``python -m
+verl_sglang_lora.runtime.resident.selfcheck`` in a subprocess with ``.cache/sglang/V`` first on PYTHONPATH (all
+started at once). Each case builds SGLang's real ``LoRAManager`` / ``LoRAMemoryPool`` / LoRA layer wrappers
+for one TP rank of a 2-layer Qwen3-shaped model (pool max rank 16, 3 slots, the seven HF linear targets),
+loads a pinned slot adapter and a reference adapter through SGLang's ``load_lora_adapter_from_tensors`` +
+``fetch_new_loras``, then asserts that the plan's write into the slot is byte-identical to SGLang's own load
+of the same adapter in the other slot, that wrong plans are reported, and that the loader entry point reports
+through its status tensor without raising.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import sglang_or_skip
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBPROCESS_RELEASES = {  # release -> selfcheck arguments (0.5.23 gets the full matrix)
+    "0.5.23": ["--tp", "1,2", "--ranks", "8,16"],
+    "0.5.18": ["--tp", "2", "--ranks", "8"],
+    "0.5.8": ["--tp", "2", "--ranks", "8"],
+}
+TIMEOUT_S = 240
+CASES_0512 = [(1, 0, 8), (1, 0, 16), (2, 0, 8), (2, 0, 16), (2, 1, 8), (2, 1, 16)]
+
+
+def _required() -> bool:
+    return os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1"
+
+
+@pytest.fixture(scope="module")
+def release_probes():
+    """Start one selfcheck subprocess per release at once; collect their JSON lines."""
+    procs = {}
+    for version, args in SUBPROCESS_RELEASES.items():
+        path = ROOT / ".cache" / "sglang" / version
+        if not path.is_dir():
+            procs[version] = {"missing": str(path)}
+            continue
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PYTHONPATH"] = f"{path}{os.pathsep}{ROOT}"
+        procs[version] = subprocess.Popen(
+            [sys.executable, "-m", "verl_sglang_lora.runtime.resident.selfcheck", *args], cwd=ROOT, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = {}
+    for version, proc in procs.items():
+        if isinstance(proc, dict):
+            out[version] = proc
+            continue
+        try:
+            stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out[version] = {"crashed": f"timed out after {TIMEOUT_S}s"}
+            continue
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+        out[version] = json.loads(lines[-1]) if lines else {
+            "crashed": f"exit {proc.returncode}, no JSON\n" + "\n".join(stderr.splitlines()[-20:])}
+    return out
+
+
+@pytest.fixture(scope="module")
+def cases_0512():
+    sglang_or_skip("sglang.srt.lora.mem_pool")
+    from verl_sglang_lora.runtime.resident import selfcheck
+
+    return {case: selfcheck.check_case(*case, max_rank=16) for case in CASES_0512}
+
+
+def _assert_case(c: dict, tp: int, rank: int) -> None:
+    assert "error" not in c, c.get("traceback")
+    slots = c["slots"]
+    assert slots["slot"] != slots["reference"] and slots["pool_slots"] == 3
+    # the pool really is strided for r=8 (max rank 16) and sharded for tp=2: read from SGLang's buffers
+    assert c["buffer_shapes"]["A.qkv_proj"] == [3, 48, 64]
+    assert c["buffer_shapes"]["B.qkv_proj"] == [3, 128 // tp, 16]
+    assert c["buffer_shapes"]["A.o_proj"] == [3, 16, 64 // tp]
+    assert c["before_write_mismatches"] > 0  # the comparison can fail: slots differ before the write
+    assert c["plan_mismatches"] == []  # byte-exact, every module and layer, against SGLang's own load
+    assert c["checksum_equal"] is True
+    assert c["modules"] == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"] and c["layers"] == [0, 1]
+    assert c["unused_sources"] == [] and c["zero_blocks"] == 0
+    # per layer: qkv A 3r x 64, qkv B 128/tp x r, o A r x 64/tp, o B 64 x r, gate_up A 2r x 64,
+    # gate_up B 256/tp x r, down A r x 128/tp, down B 64 x r
+    assert c["copied_elements"] == 2 * rank * (448 + 576 // tp)
+    # q/k/v keep separate row blocks in B (k/v rows per rank follow the kv-head split)
+    assert sorted(map(tuple, c["qkv_B_rows"])) == [("k_proj", 32 // tp), ("q_proj", 64 // tp), ("v_proj", 32 // tp)]
+    # deliberately wrong plans are reported where they are wrong
+    assert c["swapped_kv_mismatches"] == ["A.qkv_proj.0", "A.qkv_proj.1", "B.qkv_proj.0", "B.qkv_proj.1"]
+    assert c["missing_layer_mismatches"] == [f"{f}.{m}.1" for f in "AB"
+                                             for m in ("down_proj", "gate_up_proj", "o_proj", "qkv_proj")]
+    # the custom-weight-loader entry point, end to end
+    attach, write, compare = c["attach_status"], c["write_status"], c["compare_status"]
+    assert attach["ok"] and attach["magic_ok"] and attach["seq"] == 7 and attach["copies"] == 28
+    assert attach["src_checksum"] == attach["dst_checksum"] and attach["buffer_id"] == slots["slot"]
+    assert write["ok"] and write["version"] == 2 and write["seq"] == 8 and write["copies"] == 28
+    assert write["src_checksum"] == write["dst_checksum"] != attach["dst_checksum"]
+    assert compare["ok"] and compare["mismatches"] == 0 and c["compare_message"] == "slots are byte-identical"
+    assert not c["unknown_slot_status"]["ok"] and c["unknown_slot_status"]["error"] == 4
+    assert c["unpinned_status"]["error"] == 10 and "not pinned" in c["unpinned_message"]
+
+
+@pytest.mark.parametrize("tp, tp_rank, rank", CASES_0512, ids=[f"tp{t}.rank{k}.r{r}" for t, k, r in CASES_0512])
+def test_plan_matches_sglang_load_0512_in_process(cases_0512, tp, tp_rank, rank):
+    _assert_case(cases_0512[(tp, tp_rank, rank)], tp, rank)
+
+
+def test_tp_ranks_get_different_slices_0512(cases_0512):
+    """Same adapter, same pool shape: TP rank 0 and rank 1 write different bytes (their own shards)."""
+    a, b = cases_0512[(2, 0, 8)], cases_0512[(2, 1, 8)]
+    assert a["attach_status"]["dst_checksum"] != b["attach_status"]["dst_checksum"]
+
+
+@pytest.mark.parametrize("version", list(SUBPROCESS_RELEASES))
+def test_plan_matches_sglang_load_other_releases(release_probes, version):
+    data = release_probes[version]
+    if "missing" in data:
+        msg = f"{data['missing']} is missing (bash scripts/sglang_release.sh {version})"
+        if _required():
+            pytest.fail(msg)
+        pytest.skip(msg)
+    assert "crashed" not in data, data["crashed"]
+    assert data["sglang_version"] == version
+    assert data["sglang_file"].startswith(str(ROOT / ".cache" / "sglang" / version))
+    want = {f"tp{t}.rank{k}.r{r}" for t in map(int, SUBPROCESS_RELEASES[version][1].split(","))
+            for k in range(t) for r in map(int, SUBPROCESS_RELEASES[version][3].split(","))}
+    assert set(data["cases"]) == want
+    for key, case in data["cases"].items():
+        tp, rank = int(key.split(".")[0][2:]), int(key.split(".r")[-1])
+        _assert_case(case, tp, rank)
+
+
+# ---- pieces that need no SGLang ------------------------------------------------------------------------------------
+def test_blocks_from_trace_strides_zeros_and_repeats():
+    from verl_sglang_lora.runtime.resident.plan import Block, SourceSpec, blocks_from_trace
+
+    specs = (SourceSpec("a", (4, 3), 0), SourceSpec("b", (2, 3), 13))
+    ids_a = np.arange(1, 13).reshape(4, 3)
+    trace = np.full((6, 5), -1, dtype=np.int64)
+    trace[0:2, 0:2] = ids_a[2:4, 1:3]  # a column slice of rows 2..3
+    trace[2:4, 0:3] = ids_a[0:1, :].repeat(2, axis=0)  # the same source row twice (a replicated A)
+    trace[4, :] = 0  # SGLang zeroes a row
+    trace[5, 1:4] = np.arange(14, 17)  # b's first row
+    blocks = blocks_from_trace(trace, specs, "A", "m", 0)
+    assert Block("A", "m", 0, 0, 2, 0, 2, "a", 7, 3) in blocks
+    assert Block("A", "m", 0, 2, 1, 0, 3, "a", 0, 3) in blocks and Block("A", "m", 0, 3, 1, 0, 3, "a", 0, 3) in blocks
+    assert Block("A", "m", 0, 4, 1, 0, 5) in blocks  # zero block, no source
+    assert Block("A", "m", 0, 5, 1, 1, 3, "b", 0, 3) in blocks
+    assert len(blocks) == 5
+
+
+def test_bind_and_checksums_follow_the_blocks():
+    from verl_sglang_lora.runtime.resident.execute import pair_checksums, run_copies
+    from verl_sglang_lora.runtime.resident.plan import Block, SlotLayout, SourceSpec, bind
+
+    class Pool:
+        A_buffer = {"m": [torch.zeros(2, 4, 4, dtype=torch.bfloat16)]}
+        B_buffer = {"m": [torch.zeros(2, 4, 4, dtype=torch.bfloat16)]}
+
+    src = {"w": torch.arange(16, dtype=torch.float32).view(4, 4)}
+    layout = SlotLayout(8, 0, 1, (SourceSpec("w", (4, 4), 0),),
+                        (Block("A", "m", 0, 1, 2, 1, 2, "w", 5, 4), Block("B", "m", 0, 0, 1, 0, 4)))
+    pairs = bind(layout, Pool, 1, src)
+    Pool.B_buffer["m"][0][1].fill_(3)
+    assert run_copies(pairs) == 2
+    assert Pool.A_buffer["m"][0][1, 1:3, 1:3].float().tolist() == [[5, 6], [9, 10]]
+    assert Pool.B_buffer["m"][0][1, 0].tolist() == [0, 0, 0, 0] and Pool.B_buffer["m"][0][0].abs().sum() == 0
+    s, d = pair_checksums(pairs)
+    assert s == d
+    Pool.A_buffer["m"][0][1, 1, 1] = 7  # one changed element changes the slot checksum
+    assert pair_checksums(pairs)[1] != s
+    with pytest.raises(ValueError, match="shape"):
+        bind(layout, Pool, 1, {"w": torch.zeros(4, 5)})
+
+
+def test_protocol_round_trip_and_apply_never_raises():
+    from verl_sglang_lora.runtime.resident import protocol as P
+    from verl_sglang_lora.runtime.resident.loader import apply
+
+    status, message = P.new_status(), P.new_message(256)
+    req = P.parse(P.request_tensors("write", status, {"x.lora_A.weight": torch.ones(2, 2)}, message,
+                                    slot="verl_lora_slot1", version=12, seq=3))
+    assert (req.op, req.get("slot"), req.int("version"), set(req.tensors)) == ("write", "verl_lora_slot1", 12,
+                                                                               {"x.lora_A.weight"})
+    with pytest.raises(ValueError):
+        P.header_name("write", slot="a|b")
+    apply(object(), P.request_tensors("write", status, None, message, slot="s", version=1, seq=9))
+    got = P.read_status(status)
+    assert got["magic_ok"] and not got["ok"] and got["error"] == 3 and got["seq"] == 9
+    assert "enable-lora" in P.read_message(message)
+    apply(object(), [("garbage", torch.zeros(1))])  # no header: logged, nothing raised
+
+
+def test_manager_found_through_the_model_runner_and_directly():
+    from verl_sglang_lora.runtime.resident.access import find_lora_manager
+
+    class Manager:
+        def __init__(self, model):
+            self.base_model, self.memory_pool, self.lora_modules = model, object(), []
+
+    class Runner:
+        def __init__(self, model):
+            self.model, self.lora_manager = model, Manager(model)
+
+    model = torch.nn.Linear(2, 2)
+    runner = Runner(model)
+    assert find_lora_manager(model) is runner.lora_manager
+    assert find_lora_manager(model) is runner.lora_manager  # cached

@@ -1,0 +1,119 @@
+"""``target_modules``, the one owner: verl's setting as SGLang's launch flag and as the adapter config's field.
+
+Both views come from one normalisation, so the launch and every adapter load agree:
+- PEFT's ``all-linear`` stays a shorthand: SGLang's sentinel ``all`` at launch (SGLang expands it for the served
+  model), the string itself in the adapter config where the installed SGLang reads it (0.5.12+), else the
+  module names the adapter's tensors carry;
+- a list is reduced to module leaves (PEFT matches the last path segment) and Megatron-core names become the HF
+  projections SGLang knows, in both views;
+- SGLang runs ``set(lora_target_modules)``: a bare string would be torn into characters (``get_hidden_dim not
+  implemented for i``), so the launch value is always a list; any other string is a regex over the whole module
+  path, which SGLang cannot serve, and is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterable
+
+ALL_SENTINEL = "all"
+PEFT_ALL_LINEAR = "all-linear"
+TARGET_MODULES_SETTING = "actor_rollout_ref.model.target_modules (Megatron: actor_rollout_ref.model.lora.target_modules)"
+
+# Megatron-core module names -> the HF projection names SGLang knows (facts of both code bases).
+MEGATRON_TO_HF = {
+    "linear_qkv": ("q_proj", "k_proj", "v_proj"),
+    "linear_proj": ("o_proj",),
+    "linear_fc1": ("gate_proj", "up_proj"),
+    "linear_fc2": ("down_proj",),
+}
+# What PEFT's all-linear selects in a decoder LM (every linear layer but the output head), in HF names.
+ALL_LINEAR_HF = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
+
+
+class LoRAConfigError(ValueError):
+    """A LoRA setting SGLang cannot serve; the message names the setting and the fix."""
+
+
+def supported_target_modules() -> list[str] | None:
+    """SGLang's own list of LoRA-capable module names, or None when SGLang is not importable here."""
+    try:
+        from sglang.srt.utils.common import SUPPORTED_LORA_TARGET_MODULES
+    except Exception:  # a half-installed SGLang raises KeyError/AttributeError on re-import, not only ImportError
+        return None
+    return list(SUPPORTED_LORA_TARGET_MODULES)
+
+
+@functools.lru_cache(maxsize=None)
+def sglang_reads_all_linear_string() -> bool:
+    """Whether the installed SGLang's adapter normalizer understands the string ``all-linear``.
+
+    SGLang 0.5.8 iterates a string character by character (the adapter is then refused as incompatible with the
+    memory pool); 0.5.12+ map it to the sentinel ``{"all"}``. Asked of SGLang itself, not of a version table.
+    """
+    try:
+        from sglang.srt.lora.utils import get_normalized_target_modules
+    except Exception:  # no SGLang here (e.g. a CPU preflight): keep verl's string
+        return True
+    try:
+        return get_normalized_target_modules(PEFT_ALL_LINEAR) == {ALL_SENTINEL}
+    except Exception:
+        return False
+
+
+def hf_leaves(target_modules: Any) -> list[str] | None:
+    """The module leaves a setting names, Megatron names mapped to HF; None for the all-linear shorthand."""
+    if target_modules is None:
+        return None
+    if isinstance(target_modules, str):
+        if target_modules in (PEFT_ALL_LINEAR, ALL_SENTINEL):
+            return None
+        raise LoRAConfigError(
+            f"{TARGET_MODULES_SETTING}={target_modules!r} is a string, which PEFT treats as a regex over the full "
+            "module path; SGLang cannot serve a regex target. Fix: set it to `all-linear`, or to a list such as "
+            "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]."
+        )
+    try:
+        names = list(target_modules)
+    except TypeError:
+        raise LoRAConfigError(f"{TARGET_MODULES_SETTING} must be `all-linear` or a list of module names, got {target_modules!r}")
+    out: list[str] = []
+    for name in names:
+        if not isinstance(name, str):
+            raise LoRAConfigError(f"{TARGET_MODULES_SETTING} entries must be strings, got {name!r}")
+        leaf = name.rsplit(".", 1)[-1]  # PEFT matches the last path segment ("*.layers.0.*.linear_qkv" too)
+        for mapped in MEGATRON_TO_HF.get(leaf, (leaf,)):
+            if mapped not in out:
+                out.append(mapped)
+    if PEFT_ALL_LINEAR in out or ALL_SENTINEL in out:
+        if len(out) > 1:
+            raise LoRAConfigError(f"{TARGET_MODULES_SETTING}: `all-linear` must be the only entry, got {names}")
+        return None
+    return out
+
+
+def sglang_target_modules(target_modules: Any, supported: Iterable[str] | None = None) -> list[str]:
+    """The launch view: verl's ``target_modules`` as the list SGLang's ``--lora-target-modules`` expects."""
+    out = hf_leaves(target_modules)
+    if out is None:
+        return [ALL_SENTINEL]
+    supported = list(supported) if supported is not None else supported_target_modules()
+    if supported is not None:
+        unknown = [n for n in out if n not in supported]
+        if unknown:
+            raise LoRAConfigError(
+                f"{TARGET_MODULES_SETTING} has {unknown}, which the installed SGLang cannot serve as LoRA targets "
+                f"(it supports {sorted(supported)}). Fix: drop them or use `all-linear`."
+            )
+    return out
+
+
+def adapter_target_modules(target_modules: Any, modules: Iterable[str] | None = None) -> str | list[str]:
+    """The adapter-config view: ``all-linear`` kept as the string where SGLang reads it, else the modules the
+    adapter's tensors carry (or PEFT's all-linear set); a list as sorted HF leaves."""
+    leaves = hf_leaves(target_modules)
+    if leaves is not None:
+        return sorted(leaves)
+    if sglang_reads_all_linear_string():
+        return PEFT_ALL_LINEAR if target_modules != ALL_SENTINEL else target_modules
+    return sorted(set(modules)) if modules else list(ALL_LINEAR_HF)
