@@ -5,7 +5,12 @@ Version ranges follow docs/compatibility.md. Note: `verl[sglang]==0.9.1` cannot 
 README.md, Install, gives a recipe that works.
 """
 
+import json
+import os
+
 from setuptools import find_packages, setup
+
+RELEASES = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "verl_sglang_lora", "releases.json"), encoding="utf-8"))  # the checked releases, one list
 
 setup(
     name="verl-sglang-lora",
@@ -19,16 +24,16 @@ setup(
     # that pkg://verl_sglang_lora.configs resolves however the package is imported (installed, editable, or cwd).
     package_data={"verl_sglang_lora": ["*.json"], "verl_sglang_lora.tools": ["*.json"], "verl_sglang_lora.configs.sglang_lora": ["*.yaml"]},
     install_requires=[
-        "verl>=0.8.0,<0.10",
+        f"verl>={RELEASES['verl'][0]},<0.10",
         "torch",
         "aiohttp",
         "hydra-core>=1.3",
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-asyncio", "peft", "ray[default]>=2.41", "msgspec", "pydantic>=2"],
-        # SGLang releases checked in docs/compatibility.md. With verl 0.9.1 install SGLang without its
-        # transformers pin (see README): `pip install sglang==0.5.12 --no-deps` + its runtime deps.
-        "sglang": ["sglang>=0.5.8,<=0.5.23"],
+        # The SGLang releases of releases.json (docs/compatibility.md). With verl 0.9.1 install SGLang without its
+        # transformers pin: README, Install.
+        "sglang": [f"sglang>={RELEASES['sglang'][0]},<={RELEASES['sglang'][-1]}"],
         "fsdp": ["peft"],
         "megatron": ["megatron-core", "peft"],
     },

@@ -4,9 +4,9 @@
     .venv/bin/python scripts/compat_matrix.py            # writes docs/compatibility.md + verl_sglang_lora/tools/compat_matrix.json
     .venv/bin/python scripts/compat_matrix.py --no-write # print the tables only
 
-For every SGLang release S and verl release V it runs ``tests/compat_probe.py sglang --stock`` with
+For every SGLang release S and verl release V it runs ``verl_sglang_lora/tools/compat_probe.py sglang --stock`` with
 ``PYTHONPATH=.cache/sglang/S[:.cache/verl/V]`` (the plugin's contract against S's own code, and verl V's own
-request path against S), and for every V ``tests/compat_probe.py verl`` (registration + Hydra overlay). Release
+request path against S), and for every V ``verl_sglang_lora/tools/compat_probe.py verl`` (registration + Hydra overlay). Release
 dirs come from scripts/sglang_release.sh and scripts/verl_release_env.sh; verl 0.9.1 is the main venv's.
 
 A cell is
@@ -33,13 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verl_sglang_lora.releases import SGLANG_RELEASES, VENV_VERL, VERL_RELEASES
+
 ROOT = Path(__file__).resolve().parent.parent
-PROBE = ROOT / "tests" / "compat_probe.py"
-JSON_OUT = ROOT / "verl_sglang_lora" / "compat_matrix.json"
+PROBE = ROOT / "verl_sglang_lora" / "tools" / "compat_probe.py"
+JSON_OUT = ROOT / "verl_sglang_lora" / "tools" / "compat_matrix.json"
 MD_OUT = ROOT / "docs" / "compatibility.md"
-SGLANG_RELEASES = ("0.5.8", "0.5.12", "0.5.18", "0.5.23")
-VERL_RELEASES = ("0.8.0", "0.9.0", "0.9.1")
-VENV_VERL = "0.9.1"
 PROBE_TIMEOUT_S = 300
 SCHEMA = 1
 
@@ -370,7 +369,7 @@ def render_md(matrix: dict, command: str) -> str:
           f"Generated {gen['date']} by `{command}` ({gen['wall_s']} s on {gen['host']}; {gen['python']}).",
           "Do not edit by hand: rerun the command. Data: `verl_sglang_lora/tools/compat_matrix.json` (read by "
           "`verl-sglang-lora doctor`).", "",
-          "Every row below comes from `tests/compat_probe.py`, run once per cell in a fresh interpreter with the "
+          "Every row below comes from `verl_sglang_lora/tools/compat_probe.py`, run once per cell in a fresh interpreter with the "
           "release dirs first on `PYTHONPATH` (`.cache/sglang/S`, `.cache/verl/V`; verl 0.9.1 is the venv's), "
           "against each release's **own** code: SGLang's `LoadLoRAAdapterFromTensorsReqInput`, its pydantic "
           "decode (FastAPI's path for the route), `MultiprocessingSerializer`, `ServerArgs` LoRA check, "

@@ -4,16 +4,19 @@
 #   bash scripts/run_cpu_tests.sh                 # pytest tests -q -m "not gpu"
 #   bash scripts/run_cpu_tests.sh -k lora -x      # extra pytest arguments are appended
 #
-# Environment: .venv (scripts/setup_cpu_env.sh), .cache/sglang/{0.5.8,0.5.12,0.5.18,0.5.23}
-# (scripts/sglang_release.sh), .cache/verl/{0.8.0,0.9.0} (scripts/verl_release_env.sh).
+# Environment: .venv (scripts/setup_cpu_env.sh), .cache/sglang/<each SGLang release>
+# (scripts/sglang_release.sh), .cache/verl/<each verl release but the venv's> (scripts/verl_release_env.sh);
+# the releases are listed once, in verl_sglang_lora/releases.json.
 # Every step is idempotent and takes about a second when already done.
 # pytest's exit code 5 (no tests collected) counts as success.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SGLANG_RELEASES=(0.5.8 0.5.12 0.5.18 0.5.23)
-VERL_RELEASES=(0.8.0 0.9.0)
+# the release lists: verl_sglang_lora/releases.json (the venv's own verl needs no release dir)
+releases() { python3 -c "import json,sys; d=json.load(open('verl_sglang_lora/releases.json')); print(' '.join(v for v in d[sys.argv[1]] if v != d.get('venv_' + sys.argv[1])))" "$1"; }
+read -r -a SGLANG_RELEASES <<< "$(python3 -c "import json; print(' '.join(json.load(open('verl_sglang_lora/releases.json'))['sglang']))")"
+read -r -a VERL_RELEASES <<< "$(releases verl)"
 
 t0=$SECONDS
 bash scripts/setup_cpu_env.sh

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.compat_probe import stub_inert_modules
+from verl_sglang_lora.tools.compat_probe import stub_inert_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 # SGLang 0.5.12's server import chain reaches sgl_kernel (a CUDA-only binary): the repo's CPU stub stands in

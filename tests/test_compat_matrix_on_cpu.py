@@ -1,7 +1,7 @@
 """The compatibility matrix on CPU: the plugin's contract against the real code of SGLang 0.5.8 / 0.5.12 / 0.5.18 /
 0.5.23, and registration + Hydra composition on verl 0.8.0 / 0.9.0 / 0.9.1.
 
-Each release runs in its own interpreter (``tests/compat_probe.py`` with the release dir first on PYTHONPATH:
+Each release runs in its own interpreter (``verl_sglang_lora/tools/compat_probe.py`` with the release dir first on PYTHONPATH:
 ``.cache/sglang/V`` from scripts/sglang_release.sh, ``.cache/verl/V`` from scripts/verl_release_env.sh; verl 0.9.1
 is the venv's). All probes start at once and run concurrently. A missing release dir skips its tests, except with
 VERL_SGLANG_LORA_REQUIRE_SGLANG=1 (set by scripts/run_cpu_tests.sh), where it fails them.
@@ -22,11 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from verl_sglang_lora.releases import SGLANG_RELEASES, VENV_VERL, VERL_RELEASES
+
 ROOT = Path(__file__).resolve().parent.parent
-PROBE = ROOT / "tests" / "compat_probe.py"
-SGLANG_RELEASES = ("0.5.8", "0.5.12", "0.5.18", "0.5.23")
-VERL_RELEASES = ("0.8.0", "0.9.0", "0.9.1")
-VENV_VERL = "0.9.1"  # the main venv's verl; the others come from .cache/verl/V
+PROBE = ROOT / "verl_sglang_lora" / "tools" / "compat_probe.py"
 TP_SIZES = ("1", "2", "4")
 HF_LINEAR = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
 PROBE_TIMEOUT_S = 240

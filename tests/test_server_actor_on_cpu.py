@@ -22,7 +22,7 @@ from tests.server_probe import run_probe_script
 _SCRIPT = r"""
 import json, sys
 from pathlib import Path
-from tests.compat_probe import stub_inert_modules
+from verl_sglang_lora.tools.compat_probe import stub_inert_modules
 stub_inert_modules()
 import ray, torch
 from verl_sglang_lora.runtime.sync.snapshot import write_snapshot

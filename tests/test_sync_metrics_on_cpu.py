@@ -51,7 +51,7 @@ import ray, torch
 import verl  # the verl.plugins entry point registers the plugin and its metrics hook
 from verl import DataProto
 from verl.trainer.ppo import metric_utils
-from tests.compat_probe import stub_inert_modules
+from verl_sglang_lora.tools.compat_probe import stub_inert_modules
 stub_inert_modules()  # uvicorn (server-only, not in the CPU venv) is imported by ray_trainer's rollout imports
 import verl.trainer.ppo.ray_trainer as ray_trainer
 from verl_sglang_lora.runtime.sync.metrics import SyncMetrics

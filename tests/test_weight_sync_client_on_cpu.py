@@ -19,7 +19,7 @@ from tests.server_probe import run_probe_script
 _SCRIPT = r"""
 import asyncio, json, os, socket, sys
 from pathlib import Path
-from tests.compat_probe import stub_inert_modules
+from verl_sglang_lora.tools.compat_probe import stub_inert_modules
 stub_inert_modules()
 import peft, ray, torch, transformers
 import torch.distributed as dist

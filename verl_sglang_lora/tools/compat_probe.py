@@ -2,9 +2,9 @@
 
 Run in a subprocess with the main venv's python and a release dir in front of site-packages:
 
-    PYTHONPATH=.cache/sglang/0.5.8 .venv/bin/python tests/compat_probe.py sglang
-    PYTHONPATH=.cache/sglang/0.5.8:.cache/verl/0.8.0 .venv/bin/python tests/compat_probe.py sglang --stock
-    PYTHONPATH=.cache/verl/0.8.0 .venv/bin/python tests/compat_probe.py verl
+    PYTHONPATH=.cache/sglang/0.5.8 .venv/bin/python verl_sglang_lora/tools/compat_probe.py sglang
+    PYTHONPATH=.cache/sglang/0.5.8:.cache/verl/0.8.0 .venv/bin/python verl_sglang_lora/tools/compat_probe.py sglang --stock
+    PYTHONPATH=.cache/verl/0.8.0 .venv/bin/python verl_sglang_lora/tools/compat_probe.py verl
 
 Prints exactly one JSON line on stdout (everything the libraries print goes to stderr).
 
@@ -744,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if repo not in sys.path:
         sys.path.append(repo)  # the plugin, when it is not installed in this interpreter
 
