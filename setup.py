@@ -31,7 +31,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-asyncio", "peft", "ray[default]>=2.41", "msgspec", "pydantic>=2"],
-        # The SGLang releases of releases.json (docs/compatibility.md). With verl 0.9.1 install SGLang without its
+        # The SGLang releases of releases.json (docs/compatibility.md). With the newest verl, install SGLang without its
         # transformers pin: README, Install.
         "sglang": [f"sglang>={RELEASES['sglang'][0]},<={RELEASES['sglang'][-1]}"],
         "fsdp": ["peft"],
