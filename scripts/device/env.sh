@@ -8,7 +8,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # first LoRA generate on a bare machine spent ~100 s compiling.
 export TRITON_CACHE_DIR=/tmp/triton_cache
 # (copy $OUT/triton_cache.tgz of the last call to .whl/ and carry it)
-[ -f .whl/triton_cache.tgz ] && [ ! -d "$TRITON_CACHE_DIR" ] && tar xzf .whl/triton_cache.tgz -C "$(dirname "$TRITON_CACHE_DIR")"
+for t in .whl/triton_cache.tgz .whl/b3/triton_cache.tgz; do [ -f "$t" ] && [ ! -d "$TRITON_CACHE_DIR" ] && tar xzf "$t" -C "$(dirname "$TRITON_CACHE_DIR")"; done
 LOGDIR=${OUT:-/tmp/out}
 mkdir -p "$LOGDIR"
 # triton attention + pytorch sampling: the bundle strips sglang-kernel's FA3 part and flashinfer would JIT-compile

@@ -161,7 +161,8 @@ class Server:
                "--port", str(self.port), "--tp", str(args.tp), "--enable-lora", "--max-lora-rank", str(max_rank),
                "--lora-target-modules", "all", "--max-loras-per-batch", "3", "--custom-weight-loader", LOADER,
                "--disable-cuda-graph", "--mem-fraction-static", str(args.mem_fraction), "--log-level", "warning",
-               *args.server_arg]
+               # checkpoints written by tools.benchmarks carry no tokenizer: prompts go as token ids
+               "--skip-tokenizer-init", "--skip-server-warmup", *args.server_arg]
         env = dict(os.environ)
         env["SGLANG_GRPC_PORT"] = str(free_port())  # default port+10000 can exceed 65535
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
@@ -254,7 +255,8 @@ def stats(values: list[float]) -> dict:
 
 
 def generate(server: Server, prompt: str, lora: str | None) -> dict:
-    body = {"text": prompt, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}, "return_logprob": True,
+    ids = [(17 * i + 3) % 1000 + 10 for i in range(len(prompt))]  # fixed token ids (no tokenizer needed)
+    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}, "return_logprob": True,
             "logprob_start_len": 0}
     if lora is not None:
         body["lora_path"] = lora
