@@ -168,7 +168,7 @@ def probe_class(base: type) -> type:
     return ProbeServer
 
 
-def start_probe_server(model_path: str, snapshot_dir: str) -> tuple[Any, Any]:
+def start_probe_server(model_path: str, snapshot_dir: str, *extra: str) -> tuple[Any, Any]:
     """In a probe script: compose verl's ppo_trainer config for an r8 adapter with restart recovery, start Ray and
     the probe server actor (named as verl names it, Ray restarts allowed once), launched. Returns (cfg, actor)."""
     import ray
@@ -183,7 +183,7 @@ def start_probe_server(model_path: str, snapshot_dir: str) -> tuple[Any, Any]:
         "actor_rollout_ref.model.lora_alpha=16", "actor_rollout_ref.model.target_modules=all-linear",
         "data.max_prompt_length=64", "data.max_response_length=16",
         "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.server_max_restarts=1",
-        f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.snapshot_dir={snapshot_dir}",
+        f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.snapshot_dir={snapshot_dir}", *extra,
     ])
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"worker_process_setup_hook": "tests.server_probe.worker_setup"})

@@ -31,7 +31,11 @@ from verl_sglang_lora.runtime.recovery import RestartRecovery, ray_restart_optio
 from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError
-from verl_sglang_lora.sglang_contract.installed import io_struct
+from verl_sglang_lora.runtime.resident import LOADER_PATH
+from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS
+from verl_sglang_lora.runtime.resident.slots import ResidentSlots
+from verl_sglang_lora.runtime.resident.support import resident_enabled
+from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
 from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_REQUEST_CLASS
 from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
@@ -71,10 +75,12 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.sleep_level = self.memory.sleep_level
         self.settings = PluginSettings.from_rollout_config(self.config)
         self.adapters = AdapterVersions()
+        self.resident = ResidentSlots()
         self.sync_metrics = SyncMetrics()
         self._warned_metrics_unread = False
         # Validated here, before SGLang allocates any GPU memory.
-        self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank)
+        self.resident_on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config))
+        self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on)
         self._raw_generate_request = None
         self._warned_no_adapter = False
         self._pending_canary: tuple[str, CanaryExpectation] | None = None
@@ -237,27 +243,98 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         """Load one adapter version, make it the one new requests use, set verl's step, queue the canary.
 
         An exact re-push (same version, same fingerprint) is acknowledged without a load, so a call Ray re-sends
-        to a restarted actor (which recovered that version from its snapshot) is idempotent.
+        to a restarted actor (which recovered that version from its snapshot) is idempotent. With the resident
+        path the version is written in place into the idle pinned slot (``runtime/resident``); a client whose
+        check of that write failed sends the version again with ``resident_failed``, which turns the path off
+        for this launch and loads the version the ordinary way.
         """
         await self._recover_if_restarted()
         t0 = time.perf_counter()
-        if self.adapters.check_push(push.version, push.fingerprint) == "ack":
+        if push.resident and not self.resident_on:
+            self._disable_resident("the client sent in-place writes but this server was launched without the loader")
+        if push.resident_failed:
+            self._disable_resident(push.resident_failed)
+        elif self.adapters.check_push(push.version, push.fingerprint) == "ack":
             logger.info("sglang_lora: version %d already served as %s; ack", push.version, self.adapters.active.name)
             return {"action": "ack", "name": self.adapters.active.name, "version": push.version}
-        name = self.adapters.name_for(push.version)
-        request = io_struct(LORA_REQUEST_CLASS)(lora_name=name, **push.request_fields)
-        await self._sglang_call("load_lora_adapter_from_tensors", request)
+        ran = await self._write_resident(push) if push.resident and self.resident.disabled is None else None
+        if ran is not None:
+            name, action = self.resident.active, "inplace"
+        elif not push.request_fields:  # an in-place push this sync cannot take: the client re-sends with fields
+            return {"action": "need_fields", "version": push.version, "resident": self._resident_state()}
+        else:
+            name, action = self.adapters.name_for(push.version), "load"
+            request = io_struct(LORA_REQUEST_CLASS)(lora_name=name, **push.request_fields)
+            await self._sglang_call("load_lora_adapter_from_tensors", request)
         t_load = time.perf_counter()
         await self._activate(name, push.version, push.fingerprint, push.canary)
+        if push.resident_failed:
+            await self._drop_slots()
         await self.set_global_steps(push.global_steps if push.global_steps is not None else push.version)
         stats = push.stats
+        stats.inplace = int(action == "inplace")
         stats.load_ms = round((t_load - t0) * 1e3, 2)
         stats.activate_ms = round((time.perf_counter() - t_load) * 1e3, 2)
         stats.total_ms = round(stats.total_ms + (time.perf_counter() - t0) * 1e3, 2)
         self.sync_metrics.record_sync(stats)
         self._warn_if_metrics_unread()
-        logger.info("sglang_lora: adapter %s active (version %d) %s", name, push.version, stats)
-        return {"action": "load", "name": name, "version": push.version, "stats": dataclasses.asdict(stats)}
+        logger.info("sglang_lora: adapter %s active (version %d, %s) %s", name, push.version, action, stats)
+        return {"action": action, "name": name, "version": push.version, "stats": dataclasses.asdict(stats),
+                "resident": {"ran": ran or [], **self._resident_state()}}
+
+    def _resident_state(self) -> dict[str, Any]:
+        return {"attached": self.resident.attached, "disabled": self.resident.disabled}
+
+    # ---- resident in-place slots (runtime/resident) --------------------------------------------------------------
+    async def _write_resident(self, push: AdapterPush) -> list[tuple[str, str]] | None:
+        """The loader ops run for this push, or None when this sync takes the ordinary load."""
+        slots = self.resident
+        if not slots.attached:
+            attach = push.resident.get("attach")
+            if not attach:
+                return None  # the client attaches at its next sync (reply: attached=False)
+            for slot, fields in zip(RESIDENT_SLOTS, (push.request_fields, push.resident["slot_fields"])):
+                request = io_struct(LORA_REQUEST_CLASS)(lora_name=slot, pinned=True, **fields)
+                await self._sglang_call("load_lora_adapter_from_tensors", request)  # SGLang's own load of v
+            slots.created = True
+            self.adapters.permanent.update(RESIDENT_SLOTS)
+            for op, slot, blobs in attach:
+                await self._loader_call(blobs)
+            slots.attached, slots.active = True, RESIDENT_SLOTS[0]  # slot0 holds SGLang's own load of v
+            return [(op, slot) for op, slot, _ in attach]
+        slot = slots.idle(self.adapters.refs)
+        if slot is None:
+            logger.warning("sglang_lora: both resident slots are in use by running requests; version %d takes "
+                           "the ordinary load", push.version)
+            return None
+        await self._loader_call(push.resident["writes"][slot])
+        slots.active = slot
+        return [("write", slot)]
+
+    async def _loader_call(self, blobs: list[bytes]) -> None:
+        """One request to the plugin's custom weight loader in SGLang's scheduler (its status reaches the client
+        through the shared status tensor; SGLang's own answer is checked here)."""
+        cls = io_struct("UpdateWeightsFromTensorReqInput")
+        declared = struct_fields(cls)
+        kwargs: dict[str, Any] = {"serialized_named_tensors": blobs, "load_format": LOADER_PATH, "flush_cache": False}
+        if "disable_draft_model" in declared:
+            kwargs["disable_draft_model"] = True  # a speculative draft model has no LoRA slots
+        await self._sglang_call("update_weights_from_tensor", cls(**kwargs))
+
+    def _disable_resident(self, reason: str) -> None:
+        if self.resident.disabled is None:
+            logger.error("sglang_lora: RESIDENT IN-PLACE SYNC OFF for this server launch, falling back to versioned "
+                         "adapter loads: %s", reason)
+        self.resident.disabled = reason
+        self.sync_metrics.resident_fallbacks += 1
+
+    async def _drop_slots(self) -> None:
+        """After a fallback the pinned slots only take pool space: unload them (none is served any more)."""
+        if self.resident.created:
+            self.adapters.permanent.difference_update(RESIDENT_SLOTS)
+            await self._unload(list(RESIDENT_SLOTS))
+            self.resident.created = self.resident.attached = False
+            self.resident.active = None
 
     async def _load_adapter_from_disk(self, name: str, path: str, version: int, fingerprint: str,
                                       canary: dict | None = None) -> None:
@@ -284,8 +361,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                                      "(engine_kwargs.sglang_lora.http_timeout_s); is SGLang's scheduler alive?") from None
         except Exception as exc:  # an assert or error inside SGLang's handler: keep its text
             raise SGLangRequestError(method, None, f"{type(exc).__name__}: {exc}") from exc
-        if getattr(result, "success", True) is False:
-            raise SGLangRequestError(method, 200, str(getattr(result, "error_message", result)))
+        success, message = result if isinstance(result, tuple) else (getattr(result, "success", True),
+                                                                      getattr(result, "error_message", result))
+        if success is False:
+            raise SGLangRequestError(method, 200, str(message))
         return result
 
     async def _serve_newest_adapter(self) -> None:

@@ -31,6 +31,9 @@ class PluginSettings:
     """Attempts for retryable failures (connection refused/reset, timeouts, 502/503/504); 4xx fail at once."""
     server_max_restarts: int = 0
     """Ray restarts of a dead SGLang server actor, each relaunching SGLang with the newest adapter (adapter mode)."""
+    resident: str = "auto"
+    """In-place adapter sync into two pinned SGLang slots: auto (where it can run, else versioned loads, logged),
+    on (refuse to start where it cannot run), off (versioned loads)."""
     snapshot_dir: str = ""
     """Where the newest adapter is kept for a restarted server (node-local; empty = the temp dir)."""
 
@@ -52,6 +55,8 @@ class PluginSettings:
     def __post_init__(self) -> None:
         if self.http_timeout_s <= 0:
             raise ValueError(f"{SETTINGS_PATH}.http_timeout_s must be > 0 seconds, got {self.http_timeout_s}")
+        if self.resident not in ("auto", "on", "off"):
+            raise ValueError(f"{SETTINGS_PATH}.resident must be auto, on or off, got {self.resident!r}")
         if self.canary_min_delta < 0:
             raise ValueError(f"{SETTINGS_PATH}.canary_min_delta must be >= 0, got {self.canary_min_delta}")
         if self.http_max_attempts < 1:

@@ -19,6 +19,8 @@ import torch
 
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import sleep_level
+from verl_sglang_lora.runtime.resident.requests import ResidentRequests, check_results
+from verl_sglang_lora.runtime.resident.support import resident_enabled
 from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
 from verl_sglang_lora.runtime.sync.canary import CanaryExpectation
@@ -49,6 +51,9 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         self._names: ModelWeightNames | None = None
         self._collector = AdapterCollector(current_device())
         self._snapshot_root: Path | None = None
+        on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config))
+        self._resident = ResidentRequests(current_device()) if on and current_device() is not None else None
+        self._resident_attached = -1  # the collector layout the server's slots are attached to (-1: none)
         self._internal_version = -1
 
     # verl 0.9.1 writes ``rollout.sleep_level = 1`` after its first sync; the plugin's value is fixed by config.
@@ -119,7 +124,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             peft_config, rank=self.lora.rank, alpha=self.lora.alpha, modules=adapter.module_leaves()
         )
         t_collect = time.perf_counter()
-        fields = adapter_request_fields(config_dict, adapter, sglang_rank_count(self.config), self.settings.verify_checksums)
+        tp = sglang_rank_count(self.config)
+        inplace = self._resident is not None and self._resident_attached == self._collector.layouts_built
+        fields = {} if inplace else adapter_request_fields(config_dict, adapter, tp, self.settings.verify_checksums)
+        calls, resident = self._resident_calls(adapter, config_dict, version, inplace)
         t_request = time.perf_counter()
         snapshot_ms = await self._snapshot(version, adapter, config_dict, global_steps)
         canary = None
@@ -131,10 +139,43 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             collect_ms=round((t_collect - t0) * 1e3, 2), request_ms=round((t_request - t_collect) * 1e3, 2),
             snapshot_ms=snapshot_ms, total_ms=round((time.perf_counter() - t0) * 1e3, 2),
         )
-        push = AdapterPush(version, adapter.fingerprint, global_steps, fields, stats, canary)
+        push = AdapterPush(version, adapter.fingerprint, global_steps, fields, stats, canary, resident)
         result = await self.server_actor.sync_adapter.remote(push)
+        if result["action"] == "need_fields":  # e.g. a restarted server holds no slots yet
+            push.request_fields = adapter_request_fields(config_dict, adapter, tp, self.settings.verify_checksums)
+            result = await self.server_actor.sync_adapter.remote(push)
+        failed = self._check_resident(result, calls)
+        if failed:
+            logger.error("sglang_lora: in-place adapter write failed its check (%s); loading version %d the "
+                         "ordinary way and turning the resident path off", failed, version)
+            push.resident, push.resident_failed = None, failed
+            push.request_fields = adapter_request_fields(config_dict, adapter, tp, self.settings.verify_checksums)
+            result = await self.server_actor.sync_adapter.remote(push)
+            self._resident = None
         logger.info("sglang_lora: adapter sync %s", result)
         return result
+
+    def _resident_calls(self, adapter: FlatAdapter, config: dict, version: int, inplace: bool):
+        """The loader calls for this sync: attach (once per launch and buffer layout) or one write per slot."""
+        if self._resident is None:
+            return {}, None
+        if inplace:
+            writes = self._resident.writes(version)
+            return ({("write", slot): c for slot, c in writes.items()},
+                    {"writes": {slot: c.blobs for slot, c in writes.items()}})
+        attach = self._resident.attach(adapter.tensors, version)
+        slot_fields = adapter_request_fields(config, adapter, sglang_rank_count(self.config), self.settings.verify_checksums)
+        return ({(c.op, c.slot): c for c in attach},
+                {"attach": [(c.op, c.slot, c.blobs) for c in attach], "slot_fields": slot_fields})
+
+    def _check_resident(self, result: dict, calls: dict) -> str | None:
+        """The status the loader wrote for each op the server ran; None when all passed (or none ran)."""
+        state = result.get("resident") or {}
+        if self._resident is None:
+            return None
+        ran = [calls[tuple(op_slot)] for op_slot in state.get("ran", [])]
+        self._resident_attached = self._collector.layouts_built if state.get("attached") else -1
+        return check_results(ran) if ran else None
 
     async def _snapshot(self, version: int, adapter: FlatAdapter, config: dict, global_steps: int | None) -> float:
         """Keep the adapter where a restarted server finds it (only with server_max_restarts > 0)."""

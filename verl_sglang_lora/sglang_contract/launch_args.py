@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from verl_sglang_lora.runtime.lora_plan import LoRAPlan
+from verl_sglang_lora.runtime.resident import LOADER_PATH
 from verl_sglang_lora.sglang_contract.target_modules import LoRAConfigError, sglang_target_modules
 
-def lora_launch_args(plan: LoRAPlan, max_lora_rank: int | None = None) -> dict[str, Any]:
+def lora_launch_args(plan: LoRAPlan, max_lora_rank: int | None = None, resident: bool = False) -> dict[str, Any]:
     """ServerArgs fields for adapter mode; empty in merge mode or without LoRA (SGLang then serves plain weights)."""
     if not plan.as_adapter:
         return {}
@@ -22,6 +23,8 @@ def lora_launch_args(plan: LoRAPlan, max_lora_rank: int | None = None) -> dict[s
         "enable_lora": True,
         "max_lora_rank": rank,
         "lora_target_modules": sglang_target_modules(plan.target_modules),
-        # One adapter version serves while the next one loads; versions are swapped atomically.
-        "max_loras_per_batch": 2,
+        # One adapter version serves while the next one loads; versions are swapped atomically. The resident path
+        # pins two slots, and SGLang allows at most max_loras_per_batch - 1 pinned adapters.
+        "max_loras_per_batch": 3 if resident else 2,
+        **({"custom_weight_loader": [LOADER_PATH]} if resident else {}),
     }

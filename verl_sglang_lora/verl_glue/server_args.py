@@ -13,6 +13,7 @@ from typing import Any, Callable
 logger = logging.getLogger(__name__)
 
 LORA_KEYS = ("enable_lora", "max_lora_rank", "lora_target_modules", "max_loras_per_batch")
+LOADERS_KEY = "custom_weight_loader"  # merged, not replaced: a user's own loaders stay allowed
 # verl's default rollout.load_format: SGLang starts on random weights that the trainer's first sync overwrites
 DUMMY_LOAD_FORMAT = "dummy"
 
@@ -23,7 +24,10 @@ def apply_lora_args(args: dict[str, Any], lora_args: dict[str, Any], declared: s
     missing = [k for k in lora_args if k not in declared]
     if missing:
         raise TypeError(f"the installed SGLang ServerArgs does not declare {missing}; LoRA adapters cannot be served")
-    out.update(lora_args)
+    out.update({k: v for k, v in lora_args.items() if k != LOADERS_KEY})
+    if LOADERS_KEY in lora_args:
+        out[LOADERS_KEY] = [*(args.get(LOADERS_KEY) or []), *[p for p in lora_args[LOADERS_KEY]
+                                                               if p not in (args.get(LOADERS_KEY) or [])]]
     return out
 
 
@@ -53,7 +57,7 @@ def wrap_server_args(
         final = apply_lora_args(checkpoint_weights(args) if from_checkpoint else args, lora_args, declared)
         logger.warning(
             "sglang_lora: launching SGLang with %s",
-            {k: final.get(k) for k in LORA_KEYS if k in final} or "LoRA disabled (merge mode or no LoRA)",
+            {k: final.get(k) for k in (*LORA_KEYS, LOADERS_KEY) if k in final} or "LoRA disabled (merge mode or no LoRA)",
         )
         return original(**final)
 

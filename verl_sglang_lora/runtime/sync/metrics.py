@@ -33,6 +33,7 @@ class SyncStats:
     load_ms: float = figure(MAX, 0.0)  # SGLang's load, inside the server actor
     activate_ms: float = figure(MAX, 0.0)  # switch, unload of stale versions, cache flush
     total_ms: float = figure(MAX, 0.0)  # client start to activation (the Ray reply is not counted)
+    inplace: int = figure(SUM)  # 1 when the version was written in place into a resident slot
 
     def as_metrics(self) -> dict[str, float]:
         return {f"{PREFIX}sync_{k}": float(v) for k, v in asdict(self).items()}
@@ -44,6 +45,7 @@ class SyncMetrics:
     syncs: int = figure(SUM)
     restarts: int = figure(SUM)  # Ray restarts of the server actor recovered (runtime/recovery.py)
     unload_failures: int = figure(SUM)  # SGLang refused to unload a stale version (retried at the next sync)
+    resident_fallbacks: int = figure(SUM)  # in-place writes that failed a check and were loaded the ordinary way
     samples: int = figure(SUM)
     base_policy_samples: int = figure(SUM)  # served before any adapter was active (version -1)
     staleness_n: int = 0

@@ -36,6 +36,7 @@ class AdapterVersions:
     refs: dict[str, int] = field(default_factory=dict)
     loaded: set[str] = field(default_factory=set)
     unloading: set[str] = field(default_factory=set)
+    permanent: set[str] = field(default_factory=set)  # resident slots: rewritten in place, never unloaded
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def acquire(self) -> Lease | None:
@@ -107,7 +108,7 @@ class AdapterVersions:
     def _stale_unreferenced(self) -> list[str]:
         """Stale names nobody references, handed out once (moved to ``unloading``) so no name is unloaded twice."""
         active = self.active.name if self.active else None
-        stale = sorted(n for n in self.loaded if n != active and self.refs.get(n, 0) == 0)
+        stale = sorted(n for n in self.loaded if n != active and n not in self.permanent and self.refs.get(n, 0) == 0)
         self.loaded.difference_update(stale)
         self.unloading.update(stale)
         return stale

@@ -1,0 +1,82 @@
+"""Trainer side of the resident path: the loader requests a weight-sync client hands the server actor.
+
+Every op gets its own status/message tensor pair on the client's GPU, shared with SGLang's scheduler over CUDA IPC
+(``protocol``); the client reads them after the server actor's call returns (the loader synchronizes before SGLang
+answers). ``attach`` carries CUDA-IPC views of the persistent flat adapter buffer once; a ``write`` carries only its
+header and status tensor, and the loader copies from the attached views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from verl_sglang_lora.runtime.resident import protocol as P
+
+SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
+
+
+@dataclass
+class LoaderCall:
+    """One loader op for the server actor: the serialized named-tensor list per TP rank, and its status tensor."""
+
+    op: str
+    slot: str
+    blobs: list[bytes]
+    status: torch.Tensor = field(repr=False)
+    message: torch.Tensor = field(repr=False)
+
+    def result(self) -> dict[str, Any]:
+        out = P.read_status(self.status)
+        out["message"] = P.read_message(self.message)
+        return out
+
+
+class ResidentRequests:
+    """Builds the loader calls of one sync client (TP size 1: the sources live on this GPU)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seq = 0
+        self._status: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def call(self, op: str, slot: str, adapter: dict[str, torch.Tensor] | None = None, **fields: Any) -> LoaderCall:
+        from sglang.srt.utils import MultiprocessingSerializer
+
+        self.seq += 1
+        status, message = self._status.setdefault(
+            (op, slot), (P.new_status(self.device), P.new_message(4096, self.device)))  # kept alive across calls
+        status.zero_()
+        message.zero_()
+        named = P.request_tensors(op, status, adapter, message, slot=slot, seq=self.seq, **fields)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()  # the sources and the zeroed status are visible
+        return LoaderCall(op, slot, [MultiprocessingSerializer.serialize(named)], status, message)
+
+    def attach(self, adapter: dict[str, torch.Tensor], version: int) -> list[LoaderCall]:
+        """Both slots bound to the flat buffer's views; slot1 written by the plan, then compared byte for byte
+        with slot0, which SGLang loaded itself from the same tensors."""
+        return [self.call("attach", SLOTS[0], adapter, version=version, write=0),
+                self.call("attach", SLOTS[1], adapter, version=version, write=1),
+                self.call("compare", SLOTS[1], ref=SLOTS[0])]
+
+    def writes(self, version: int) -> dict[str, LoaderCall]:
+        """A checksummed in-place write for each slot; the server actor sends the one for its idle slot."""
+        return {slot: self.call("write", slot, version=version, checksum=1) for slot in SLOTS}
+
+
+def check_results(calls: list[LoaderCall]) -> str | None:
+    """None when every call the server ran succeeded (checksums equal, no mismatch), else the reason."""
+    for call in calls:
+        r = call.result()
+        if not r["magic_ok"] or r["state"] == P.PENDING:
+            return f"{call.op} {call.slot}: the loader never reported (status untouched)"
+        if not r["ok"]:
+            return f"{call.op} {call.slot}: {r['error_text'] or r['error']}: {r['message']}"
+        if call.op == "write" and r["src_checksum"] != r["dst_checksum"]:
+            return f"write {call.slot}: slot checksum {r['dst_checksum']} != source {r['src_checksum']}"
+        if call.op == "compare" and r["mismatches"]:
+            return f"compare {call.slot}: {r['mismatches']} buffers differ from SGLang's own load: {r['message'][:300]}"
+    return None
