@@ -93,6 +93,52 @@ class FakeTokenizerManager:
         return _Result(success=True)
 
 
+class ResidentTokenizerManager(FakeTokenizerManager):
+    """The stand-in with SGLang's REAL LoRA manager behind it (``runtime.resident.selfcheck``: real pool, real LoRA
+    layers on a CPU stand-in model): adapter loads go through SGLang's own load, custom-loader updates run the
+    plugin's real loader against the real pool, as SGLang's scheduler would call it."""
+
+    def __init__(self, rank: int = 8) -> None:
+        import contextlib
+
+        from verl_sglang_lora.runtime.resident import selfcheck
+
+        super().__init__()
+        self.rank, self._scope = rank, contextlib.ExitStack()
+        args = self._scope.enter_context(selfcheck.release_scope(1, 0, rank, 3))
+        self.manager = selfcheck.build_manager(1, 0, rank, args, max_loras=3)
+
+    async def load_lora_adapter_from_tensors(self, obj: Any, request: Any = None) -> Any:
+        from sglang.srt.utils import MultiprocessingSerializer
+        from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
+
+        from verl_sglang_lora.runtime.resident import selfcheck
+
+        await super().load_lora_adapter_from_tensors(obj, request)
+        payload = MultiprocessingSerializer.deserialize(obj.serialized_tensors if isinstance(obj.serialized_tensors, bytes)
+                                                        else __import__("base64").b64decode(obj.serialized_tensors))
+        if getattr(obj, "load_format", None) == "flattened_bucket":
+            payload = dict(FlattenedTensorBucket(flattened_tensor=payload["flattened_tensor"],
+                                                 metadata=payload["metadata"]).reconstruct_tensors())
+        selfcheck.load(self.manager, obj.lora_name, {k: v.clone() for k, v in payload.items()}, self.rank, obj.pinned)
+        self.manager.fetch_new_loras({self.manager.lora_refs[uid].lora_id for uid in self.manager.lora_refs
+                                      if self.manager.lora_refs[uid].lora_name == obj.lora_name})
+        return _Result(success=True)
+
+    async def update_weights_from_tensor(self, obj: Any, request: Any = None) -> tuple[bool, str]:
+        from sglang.srt.utils import MultiprocessingSerializer
+
+        from verl_sglang_lora.runtime.resident import LOADER_PATH, loader
+
+        if obj.load_format != LOADER_PATH:
+            return await super().update_weights_from_tensor(obj, request)
+        named = MultiprocessingSerializer.deserialize(obj.serialized_named_tensors[0])
+        op = next(n for n, _ in named if n.startswith("verl_resident.v1|")).split("|")[1]
+        self.calls.append(("loader", op))
+        loader.apply(self.manager.base_model, named)  # never raises: reports through the shared status tensor
+        return True, "Success"
+
+
 class _Result:
     """The fields of SGLang's adapter load/unload outputs the server actor reads."""
 
@@ -110,7 +156,8 @@ def probe_class(base: type) -> type:
         async def _launch(self, from_checkpoint: bool, *args: Any, **kwargs: Any) -> None:
             """The plugin's launch path minus SGLang: pinning wrapper on a stand-in tokenizer manager."""
             self.launches = [*getattr(self, "launches", []), "relaunch" if from_checkpoint else "launch"]
-            self.tokenizer_manager = FakeTokenizerManager()
+            resident = os.environ.get("PROBE_RESIDENT") == "1"
+            self.tokenizer_manager = ResidentTokenizerManager() if resident else FakeTokenizerManager()
             self.loaded_from_disk = self.tokenizer_manager.loaded_from_disk = []
             self.loaded_from_tensors = self.tokenizer_manager.loaded_from_tensors = []
             self.tokenizer_manager.die_on_first_tensor_load = os.environ.get("PROBE_DIE_ON_FIRST_TENSOR_LOAD") == "1"

@@ -23,6 +23,19 @@ class LoRAPlan:
     alpha: float
     target_modules: Any
     merge: bool
+    megatron_block: bool = False  # the settings came from model.lora.* (Megatron) rather than the flat FSDP keys
+    lora_type: str = "lora"  # Megatron-Bridge's model.lora.type: lora, vlm_lora, canonical_lora, dora
+
+    @property
+    def alpha_setting(self) -> str:
+        """The Hydra key the alpha was read from."""
+        return "actor_rollout_ref.model.lora.alpha" if self.megatron_block else "actor_rollout_ref.model.lora_alpha"
+
+    @property
+    def target_modules_setting(self) -> str:
+        """The Hydra key the target modules were read from."""
+        return ("actor_rollout_ref.model.lora.target_modules" if self.megatron_block
+                else "actor_rollout_ref.model.target_modules")
 
     @property
     def enabled(self) -> bool:
@@ -35,7 +48,11 @@ class LoRAPlan:
 
 
 def lora_plan(model_config: Any) -> LoRAPlan:
-    """Read the LoRA settings from whichever block carries them (``model.lora.*`` wins when set)."""
+    """Read the LoRA settings from whichever block carries them (``model.lora.*`` wins when set).
+
+    An unset alpha (only possible in a hand-made dict: verl's configs default it) means the rank; an alpha of 0 or
+    below is kept as given, for ``config_guards`` to refuse (it used to become the rank here while the adapter config
+    sent 0)."""
     block = to_plain(cfg_get(model_config, "lora", {})) or {}
     flat_rank = int(cfg_get(model_config, "lora_rank", 0) or 0)
     block_rank = int(block.get("rank", 0) or 0)
@@ -48,7 +65,9 @@ def lora_plan(model_config: Any) -> LoRAPlan:
         target = cfg_get(model_config, "target_modules", "all-linear")
     return LoRAPlan(
         rank=rank,
-        alpha=float(alpha or rank),
+        alpha=float(rank if alpha is None else alpha),
         target_modules=to_plain(target) if target is not None else "all-linear",
         merge=bool(block.get("merge", False)),
+        megatron_block=block_rank > 0,
+        lora_type=str(block.get("type") or "lora") if block_rank > 0 else "lora",
     )

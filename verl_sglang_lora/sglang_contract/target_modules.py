@@ -29,6 +29,15 @@ MEGATRON_TO_HF = {
 }
 # What PEFT's all-linear selects in a decoder LM (every linear layer but the output head), in HF names.
 ALL_LINEAR_HF = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
+# Input embedding / output head under the names PEFT, SGLang's normalizer and Megatron use for them. PEFT's LoRA on an
+# embedding is ``lora_embedding_A/B`` (not a ``lora_A/B`` pair); neither kind is carried by the adapter sync.
+EMBEDDING_TARGETS = frozenset(
+    {"embed_tokens", "lm_head", "output_layer", "word_embeddings", "unembed_tokens", "vocab_emb", "wte"}
+)
+# Attention projections (HF and Megatron names): the only targets served on a mixture-of-experts model.
+ATTENTION_TARGETS = frozenset(
+    {"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "linear_qkv", "linear_proj", "linear_q", "linear_k", "linear_v"}
+)
 
 
 class LoRAConfigError(ValueError):
@@ -92,8 +101,39 @@ def hf_leaves(target_modules: Any) -> list[str] | None:
     return out
 
 
+def adapter_target_problems(target_modules: Any, setting: str = TARGET_MODULES_SETTING) -> list[str]:
+    """Targets no adapter sync can serve, each named with ``setting`` and the fix (adapter mode only: the merged
+    sync sends whole weights, where peft has already folded an embedding or output-head LoRA in)."""
+    if target_modules is None or isinstance(target_modules, str):
+        return []  # all-linear (never the embeddings or the head) or a regex string, refused by hf_leaves
+    try:
+        names = [str(n) for n in target_modules]
+    except TypeError:
+        return []
+    if not names:
+        return [
+            f"{setting}=[] names no module: PEFT refuses it (NoMatchingPeftModuleError) on the training GPUs and "
+            "SGLang would launch with no LoRA target. Fix: set it to `all-linear`, or list the modules, e.g. "
+            "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj] (Megatron: [linear_qkv,linear_proj,"
+            "linear_fc1,linear_fc2])."
+        ]
+    embedding = sorted({n.rsplit(".", 1)[-1] for n in names} & EMBEDDING_TARGETS)
+    if embedding:
+        return [
+            f"{setting} has {embedding}: the adapter sync serves LoRA on the decoder layers' linear projections "
+            "only (PEFT trains an embedding as lora_embedding_A/B, which it does not carry; an output-head adapter is "
+            "not validated against SGLang's vocab-parallel head, and a tied head has no weight of its own). Fix: drop "
+            f"{embedding} from target_modules (`all-linear` never includes them), or serve merged weights with "
+            "actor_rollout_ref.model.lora.merge=True."
+        ]
+    return []
+
+
 def sglang_target_modules(target_modules: Any, supported: Iterable[str] | None = None) -> list[str]:
     """The launch view: verl's ``target_modules`` as the list SGLang's ``--lora-target-modules`` expects."""
+    problems = adapter_target_problems(target_modules)
+    if problems:
+        raise LoRAConfigError(problems[0])
     out = hf_leaves(target_modules)
     if out is None:
         return [ALL_SENTINEL]
@@ -111,6 +151,9 @@ def sglang_target_modules(target_modules: Any, supported: Iterable[str] | None =
 def adapter_target_modules(target_modules: Any, modules: Iterable[str] | None = None) -> str | list[str]:
     """The adapter-config view: ``all-linear`` kept as the string where SGLang reads it, else the modules the
     adapter's tensors carry (or PEFT's all-linear set); a list as sorted HF leaves."""
+    problems = adapter_target_problems(target_modules, "adapter config target_modules (from " + TARGET_MODULES_SETTING + ")")
+    if problems:
+        raise LoRAConfigError(problems[0])
     leaves = hf_leaves(target_modules)
     if leaves is not None:
         return sorted(leaves)

@@ -3,14 +3,41 @@
 verl branches on the literal name "sglang" in several places (docs/verl_touchpoints.md); a new name either
 falls into a branch that silently does the wrong thing or is rejected with a message that does not say why.
 Each check here names the setting and the fix.
+
+The LoRA variants (:func:`lora_problems`) are judged here from the config alone -- the Hydra keys, the model's
+``config.json`` and, for FSDP, the ``adapter_config.json`` under ``model.lora_adapter_path`` -- so that the server
+actor and the weight-sync client refuse them in ``__init__``, and ``verl-sglang-lora doctor`` on a CPU host.
+The matrix of what is served and what is refused is docs/reliability.md.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
 
-from verl_sglang_lora.verl_glue.config_access import cfg_get, cfg_path
-from verl_sglang_lora.runtime.lora_plan import lora_plan
+from verl_sglang_lora.verl_glue.config_access import cfg_get, cfg_path, to_plain
+from verl_sglang_lora.runtime.lora_plan import LoRAPlan, lora_plan
+from verl_sglang_lora.sglang_contract.peft_config import ADAPTER_PATH_SETTING, adapter_config_problems
+from verl_sglang_lora.sglang_contract.target_modules import ATTENTION_TARGETS, adapter_target_problems
+
+TP_SETTING = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+# Megatron-Bridge LoRA types (verl 0.9.1's hf_model.yaml: lora, vlm_lora, canonical_lora, dora) and why each one other
+# than plain LoRA is not served as an adapter.
+MEGATRON_TYPE_WHY = {
+    "dora": "DoRA adds a magnitude vector per module; SGLang serves no DoRA adapter (its LoRAManager refuses use_dora) "
+            "and verl's rollout adapter config (build_peft_config_for_vllm) does not even say it is DoRA",
+    "canonical_lora": "canonical LoRA trains separate adapters on linear_q/linear_k/linear_v and linear_fc1_up/"
+                      "linear_fc1_gate; verl's rollout adapter config still says target_modules=all-linear and the "
+                      "plugin's name mapping knows only the fused linear_qkv/linear_fc1 adapters, so it is not served "
+                      "(not validated)",
+    "vlm_lora": "the VLM variant is not validated with this plugin (video is refused and image inputs are untested)",
+}
+# LoRA-variant keys that verl 0.9.1 does not read from the Hydra config (FSDP: HFModelConfig has no such field and
+# verl fails with "unexpected keyword argument"; Megatron: verl's rollout adapter config never carries them).
+VARIANT_KEYS = ("use_rslora", "use_dora", "modules_to_save", "lora_bias", "bias")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
 class UnsupportedConfigError(ValueError):
@@ -54,7 +81,208 @@ def config_problems(rollout_config: Any, model_config: Any) -> list[str]:
         )
     if plan.enabled and plan.rank > 0 and str(cfg_get(rollout_config, "mode", "async")) != "async":
         problems.append("actor_rollout_ref.rollout.mode must be 'async' (verl's SGLang server mode). Fix: mode=async.")
+    hf = model_hf_config(model_config)
+    problems += tp_problems(rollout_config, hf)
+    problems += lora_problems(plan, model_config, hf)
     return problems
+
+
+# ---- the model's own config ------------------------------------------------------------------------------------
+def model_hf_config(model_config: Any) -> dict[str, Any] | None:
+    """The model's HF config as a dict: verl's loaded ``hf_config`` where the model config carries one (the
+    HFModelConfig of the server actor and the sync client), else ``config.json`` under the local model path;
+    None where neither is at hand (a hub id or a remote path on a CPU host)."""
+    hf = getattr(model_config, "hf_config", None) if not isinstance(model_config, Mapping) else None
+    if hf is not None and hasattr(hf, "to_dict"):
+        try:
+            return hf.to_dict()
+        except Exception:  # a config class that cannot serialize itself: fall back to the file
+            pass
+    for key in ("local_hf_config_path", "local_path", "hf_config_path", "path"):
+        raw = cfg_get(model_config, key, None)
+        if not isinstance(raw, str) or not raw:
+            continue
+        file = Path(os.path.expanduser(raw)) / "config.json"
+        if file.is_file():
+            try:
+                return json.loads(file.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return None
+    return None
+
+
+def _text_config(hf: Mapping[str, Any]) -> Mapping[str, Any]:
+    text = hf.get("text_config")
+    return text if isinstance(text, Mapping) else hf
+
+
+def num_experts(hf: Mapping[str, Any] | None) -> int:
+    """Routed experts per MoE layer (0 for a dense model)."""
+    if not hf:
+        return 0
+    for cfg in (_text_config(hf), hf):
+        for key in EXPERT_KEYS:
+            value = cfg.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    return 0
+
+
+def tp_problems(rollout_config: Any, hf: Mapping[str, Any] | None) -> list[str]:
+    """SGLang's own rule (``QKVParallelLinear``): the query heads split evenly over the TP ranks, and so do the KV
+    heads -- or, with more ranks than KV heads, each KV head is replicated on a whole number of ranks."""
+    tp = int(cfg_get(rollout_config, "tensor_model_parallel_size", 1) or 1)
+    if tp <= 1 or not hf:
+        return []
+    text = _text_config(hf)
+    heads, kv = text.get("num_attention_heads"), text.get("num_key_value_heads")
+    if not isinstance(heads, int) or heads <= 0:
+        return []
+    kv = kv if isinstance(kv, int) and kv > 0 else heads
+    good = [d for d in range(1, heads + 1) if heads % d == 0 and (kv % d == 0 or d % kv == 0)]
+    if heads % tp == 0 and (kv % tp == 0 or tp % kv == 0):
+        return []
+    what = (f"does not divide the model's num_attention_heads={heads}" if heads % tp else
+            f"neither divides nor is a multiple of the model's num_key_value_heads={kv}")
+    return [
+        f"{TP_SETTING}={tp} {what} (from the model's config): SGLang splits the query heads evenly over the TP ranks and "
+        "the KV heads evenly or into whole replicas, and would fail at launch, after the GPUs are taken. "
+        f"Fix: {TP_SETTING} one of {good}."
+    ]
+
+
+# ---- LoRA variants ---------------------------------------------------------------------------------------------
+def read_adapter_config(model_config: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """(``model.lora_adapter_path``, its ``adapter_config.json``) -- the config is None where the path is not a
+    local directory (verl copies remote paths on the worker; the sync then judges the config verl hands over)."""
+    raw = cfg_get(model_config, "lora_adapter_path", None)
+    if not raw:
+        return None, None
+    file = Path(os.path.expanduser(str(raw))) / "adapter_config.json"
+    if not file.is_file():
+        return str(raw), None
+    try:
+        return str(raw), json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return str(raw), None
+
+
+def lora_problems(plan: LoRAPlan, model_config: Any, hf: Mapping[str, Any] | None) -> list[str]:
+    """LoRA settings the rollout would not serve as trained (see the module docstring)."""
+    problems: list[str] = []
+    problems += _variant_keys(model_config)
+    adapter_path, adapter = read_adapter_config(model_config)
+    if adapter is not None:
+        where = f"{ADAPTER_PATH_SETTING}={adapter_path} (its adapter_config.json)"
+        r = int(adapter.get("r") or 0)
+        if plan.rank == 0 or (plan.as_adapter and r > plan.rank):
+            problems.append(
+                f"{where} has r={r} but actor_rollout_ref.model.lora_rank={plan.rank}: verl trains the loaded adapter, "
+                f"while the rollout {'serves no LoRA' if plan.rank == 0 else f'launches SGLang with max_lora_rank={plan.rank}'}. "
+                f"Fix: actor_rollout_ref.model.lora_rank={r}."
+            )
+        if plan.enabled:
+            problems += adapter_config_problems(adapter, where, as_adapter=plan.as_adapter)
+    if not plan.enabled:
+        return problems
+    if plan.alpha <= 0:
+        problems.append(
+            f"{plan.alpha_setting}={plan.alpha:g}: the LoRA scaling lora_alpha/r is then "
+            f"{'zero (the adapter trains and changes nothing)' if plan.alpha == 0 else 'negative'}. Fix: set "
+            f"{plan.alpha_setting} > 0 (commonly the rank, {plan.rank}, or twice the rank)."
+        )
+    experts = num_experts(hf)
+    if not plan.as_adapter:
+        if experts and not plan.megatron_block:
+            problems.append(
+                f"actor_rollout_ref.model.lora.merge=True on a mixture-of-experts model ({experts} experts per layer, "
+                "from the model's config) with FSDP: verl 0.9.1's merged LoRA stream sends transformers 5's packed "
+                "'mlp.experts.gate_up_proj' / 'mlp.experts.down_proj' (it unfuses them only on the unmerged path), "
+                "which the served checkpoint's per-expert names do not match; the first sync would fail on the GPU. "
+                "Fix: actor_rollout_ref.model.lora.merge=False with actor_rollout_ref.model.target_modules="
+                "[q_proj,k_proj,v_proj,o_proj] (attention only)."
+            )
+        return problems
+    if plan.megatron_block and plan.lora_type != "lora":
+        why = MEGATRON_TYPE_WHY.get(plan.lora_type, "not a Megatron-Bridge LoRA type this plugin knows")
+        problems.append(
+            f"actor_rollout_ref.model.lora.type={plan.lora_type}: {why}. Fix: actor_rollout_ref.model.lora.type=lora, "
+            "or serve merged weights with actor_rollout_ref.model.lora.merge=True."
+        )
+    target_problems = adapter_target_problems(to_plain(plan.target_modules), plan.target_modules_setting)
+    exclude = to_plain(cfg_path(model_config, "lora.exclude_modules", None)) if plan.megatron_block else None
+    if target_problems and exclude and to_plain(plan.target_modules) == []:
+        target_problems = [
+            f"{plan.target_modules_setting}=[] with actor_rollout_ref.model.lora.exclude_modules={exclude}: "
+            "Megatron-Bridge then adapts every linear layer but those, which SGLang's --lora-target-modules cannot "
+            "express. Fix: list the modules in lora.target_modules and clear lora.exclude_modules."
+        ]
+    problems += target_problems
+    params = to_plain(cfg_get(model_config, "target_parameters", None))
+    if params and not plan.megatron_block:
+        problems.append(
+            f"actor_rollout_ref.model.target_parameters={params}: LoRA on nn.Parameter (e.g. transformers 5's fused "
+            "MoE experts) has no SGLang adapter form. Fix: unset it and target linear modules only, or serve merged "
+            "weights with actor_rollout_ref.model.lora.merge=True."
+        )
+    if experts:
+        problems += _moe_problems(plan, experts)
+    return problems
+
+
+def _variant_keys(model_config: Any) -> list[str]:
+    """LoRA-variant keys written into the Hydra tree, which verl 0.9.1 never turns into the trained adapter."""
+    out = []
+    if isinstance(model_config, Mapping) or hasattr(model_config, "keys"):  # dict / DictConfig, not the dataclass
+        for key in VARIANT_KEYS:
+            if cfg_get(model_config, key, None) is not None:
+                out.append(
+                    f"actor_rollout_ref.model.{key} is not a verl 0.9.1 setting: verl's HFModelConfig has no such "
+                    "field (verl fails with 'unexpected keyword argument' when it builds the model config) and its "
+                    "FSDP engine builds the LoraConfig from lora_rank/lora_alpha/target_modules/target_parameters/"
+                    "exclude_modules only. Fix: remove it; an adapter with LoRA variants reaches verl only through "
+                    f"{ADAPTER_PATH_SETTING} (its adapter_config.json, which this plugin checks)."
+                )
+    block = to_plain(cfg_get(model_config, "lora", {})) or {}
+    if isinstance(block, Mapping) and int(block.get("rank", 0) or 0) > 0:
+        for key in VARIANT_KEYS:
+            if block.get(key) is not None:
+                out.append(
+                    f"actor_rollout_ref.model.lora.{key}={block[key]}: verl's rollout adapter config for Megatron "
+                    "(build_peft_config_for_vllm) carries only rank, alpha and dropout, so whatever Megatron-Bridge "
+                    "makes of this key, the rollout would not serve it. Fix: remove it (DoRA is "
+                    "actor_rollout_ref.model.lora.type=dora, which adapter mode refuses)."
+                )
+    return out
+
+
+def _moe_problems(plan: LoRAPlan, experts: int) -> list[str]:
+    """A mixture-of-experts model: only attention targets are served as an adapter.
+
+    transformers 5 fuses each layer's experts into 3-D parameters (``mlp.experts.gate_up_proj``), so PEFT adapts
+    them (and the router's ``gate.weight``) through ``target_parameters`` -- adapters named
+    ``mlp.experts.base_layer.lora_A`` that neither the served checkpoint (per-expert ``experts.N.gate_proj``) nor
+    SGLang's LoRA pools know. Megatron's linear_fc1/linear_fc2 are the grouped expert GEMMs."""
+    target = to_plain(plan.target_modules)
+    if isinstance(target, str):
+        mlp = [f"{target} (PEFT then adapts the fused experts and the router)"]
+    else:
+        mlp = [t for t in target or [] if str(t).rsplit(".", 1)[-1] not in ATTENTION_TARGETS]
+    if not mlp:
+        return []
+    if plan.megatron_block:
+        why = ("Megatron's linear_fc1/linear_fc2 there are the grouped expert GEMMs, whose adapters the plugin does not "
+               "map onto SGLang's MoE LoRA (not validated)")
+        attention = "[linear_qkv,linear_proj]"
+    else:
+        why = ("transformers 5 fuses the experts into 3-D parameters, which PEFT adapts through target_parameters as "
+               "'mlp.experts.base_layer.lora_A/B', matching neither the served checkpoint's per-expert names nor "
+               "SGLang's LoRA pools (the first sync would fail, on the GPU, naming model.path)")
+        attention = "[q_proj,k_proj,v_proj,o_proj]"
+    return [
+        f"{plan.target_modules_setting}: {mlp} on a mixture-of-experts model ({experts} experts per layer, from the "
+        f"model's config): {why}. Fix: {plan.target_modules_setting}={attention} (attention only)."
+    ]
 
 
 def overlay_applied(model_config: Any) -> bool:

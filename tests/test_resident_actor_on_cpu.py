@@ -1,0 +1,87 @@
+"""The resident in-place path through the real ``SGLangLoRARollout`` actor and the real loader, on SGLang's real LoRA
+pool (CPU): the first sync creates the two pinned slots with SGLang's own load and attaches them to the client's flat
+buffer (the plan's write compared byte for byte with SGLang's load), the next sync writes the idle slot in place
+(checksums equal) and flips the served name, slots are never unloaded as stale versions, and a failed check turns
+the path off: the version is loaded the ordinary way and the slots are dropped. Status tensors are shared with the
+actor through SGLang's serializer, as over CUDA IPC on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.server_probe import run_probe_script
+
+_SCRIPT = r"""
+import json, sys
+from verl_sglang_lora.tools.compat_probe import stub_inert_modules
+stub_inert_modules()
+import ray, torch
+torch.multiprocessing.set_sharing_strategy("file_system")
+from tests.server_probe import start_probe_server
+from verl_sglang_lora.runtime.resident import selfcheck
+from verl_sglang_lora.runtime.resident.requests import ResidentRequests, SLOTS, check_results
+from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
+from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
+from verl_sglang_lora.runtime.sync.metrics import SyncStats
+from verl_sglang_lora.sglang_contract.weight_names import LORA_RE
+
+cfg, srv = start_probe_server(sys.argv[1], sys.argv[2], "actor_rollout_ref.rollout.tensor_model_parallel_size=1")
+resolve = lambda n: (n, LORA_RE.match(n).group("module_path"), LORA_RE.match(n).group("ab"))
+collector, requests, config = AdapterCollector(), ResidentRequests(torch.device("cpu")), selfcheck.peft_config(8)
+out = {"launch_args": ray.get(srv.server_args.remote(False))}
+
+def push(version, resident, failed=None, fields=True):
+    adapter = collector.collect(iter(selfcheck.peft_adapter(8, seed=version).items()), resolve)
+    f = adapter_request_fields(config, adapter, 1) if fields else {}
+    calls, payload = {}, None
+    if resident == "attach":
+        attach = requests.attach(adapter.tensors, version)
+        calls = {(c.op, c.slot): c for c in attach}
+        payload = {"attach": [(c.op, c.slot, c.blobs) for c in attach],
+                   "slot_fields": adapter_request_fields(config, adapter, 1)}
+    elif resident == "write":
+        writes = requests.writes(version)
+        calls = {("write", s): c for s, c in writes.items()}
+        payload = {"writes": {s: c.blobs for s, c in writes.items()}}
+    result = ray.get(srv.sync_adapter.remote(AdapterPush(version, adapter.fingerprint, version, f, SyncStats(version=version),
+                                                         None, payload, failed)))
+    ran = [calls[tuple(x)] for x in (result.get("resident") or {}).get("ran", [])]
+    return {"action": result["action"], "name": result.get("name"), "ran": [list(x) for x in result["resident"]["ran"]],
+            "check": check_results(ran) if ran else None, "results": [c.result() for c in ran],
+            "inplace": (result.get("stats") or {}).get("inplace"), "resident": result["resident"]}
+
+out["v1"] = push(1, "attach")
+out["v2"] = push(2, "write", fields=False)
+out["v3"] = push(3, "write", fields=False)
+out["v4"] = push(4, None, failed="checksum mismatch (test)")
+out["calls"] = [c for c in ray.get(srv.calls.remote()) if c[0] in ("load_tensors", "loader", "unload")]
+out["status"] = ray.get(srv.adapter_status.remote())
+print(json.dumps(out, default=str))
+ray.shutdown()
+"""
+
+
+def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) -> None:
+    pytest.importorskip("ray")
+    pytest.importorskip("verl")
+    out = run_probe_script(_SCRIPT, str(tiny_qwen3), str(tmp_path), extra_env={"PROBE_RESIDENT": "1"})
+
+    assert out["launch_args"]["max_lora_rank"] == 8
+    v1, v2, v3, v4 = out["v1"], out["v2"], out["v3"], out["v4"]
+    # first sync: SGLang's own load into both pinned slots, attach, the plan's write compared with SGLang's load
+    assert v1["action"] == "inplace" and v1["name"] == "verl_lora_slot0" and v1["check"] is None
+    assert v1["ran"] == [["attach", "verl_lora_slot0"], ["attach", "verl_lora_slot1"], ["compare", "verl_lora_slot1"]]
+    assert v1["results"][2]["mismatches"] == 0 and all(r["ok"] for r in v1["results"])
+    # later syncs: the idle slot written in place, checksums equal, the served name flips
+    assert (v2["action"], v2["name"], v2["ran"]) == ("inplace", "verl_lora_slot1", [["write", "verl_lora_slot1"]])
+    assert v2["check"] is None and v2["results"][0]["src_checksum"] == v2["results"][0]["dst_checksum"]
+    assert v2["results"][0]["copies"] > 0 and v2["inplace"] == 1
+    assert (v3["name"], v3["ran"]) == ("verl_lora_slot0", [["write", "verl_lora_slot0"]]) and v3["check"] is None
+    # a failed client check: the version is loaded the ordinary way, the path is off, the slots are dropped
+    assert (v4["action"], v4["name"]) == ("load", "verl_lora_v4") and v4["resident"]["disabled"].startswith("checksum")
+    calls = [tuple(c) for c in out["calls"]]
+    assert calls[:2] == [("load_tensors", "verl_lora_slot0"), ("load_tensors", "verl_lora_slot1")]
+    assert calls.count(("load_tensors", "verl_lora_v4")) == 1
+    assert not any(c[0] == "unload" and c[1] in ("verl_lora_slot0", "verl_lora_slot1") for c in calls[:-2])
+    assert set(calls[-2:]) == {("unload", "verl_lora_slot0"), ("unload", "verl_lora_slot1")}
+    assert out["status"]["active_name"] == "verl_lora_v4"
