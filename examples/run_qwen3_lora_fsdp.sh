@@ -2,7 +2,7 @@
 # FSDP + LoRA + SGLang GRPO with rollout.name=sglang_lora (the seed-000 FSDP script's knobs).
 #
 # FSDP2 by default: with FSDP1 (strategy=fsdp) verl 0.9.1's collect_lora_params hands over no LoRA tensors
-# (seen on the H200, also with use_orig_params=True); the plugin refuses that empty adapter loudly.
+# (also with use_orig_params=True); the plugin refuses that empty adapter loudly.
 # With no MODEL_PATH/DATA it writes a tiny random Qwen3 + a synthetic GSM8K-style set (no downloads) and
 # runs on one GPU. For the real thing: MODEL_PATH=/models/Qwen3-0.6B DATA=/data/gsm8k NGPUS=4 ROLLOUT_TP=2.
 set -euo pipefail

@@ -7,7 +7,7 @@
 # (7 is also a trained-adapter run: 6 steps with the graded offline reward, the server killed after version 3).
 # Each step gets min(its own cap, what is left of BUDGET_S); a step that would get < 90 s is left for the next
 # call, printed as "NEXT_STEPS=..." (a device call is limited to 600 s). A verl run needs ~3 min to its first
-# step on a warm machine (session 3): 240 s caps ended merge / no LoRA before step 1.
+# step on a warm machine: 240 s caps end merge / no LoRA before step 1.
 set -uo pipefail
 FIRST=${1:-1}
 BUDGET=${2:-570}

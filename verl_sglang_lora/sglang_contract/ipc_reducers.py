@@ -5,7 +5,7 @@ sends the device's UUID instead of its index, and the pickle names SGLang's ``_r
 which calls ``reductions._rebuild_cuda_tensor_original`` -- an attribute only the patch creates. Up to 0.5.12
 the scheduler patches itself in ``update_weights_from_tensor`` but not in ``load_lora_adapter_from_tensors``,
 so a server whose first tensor request is an adapter load dies with ``AttributeError: module
-'torch.multiprocessing.reductions' has no attribute '_rebuild_cuda_tensor_original'`` (seen on the H200 after
+'torch.multiprocessing.reductions' has no attribute '_rebuild_cuda_tensor_original'`` (e.g. after
 a restart: the relaunched server reads its base weights from the checkpoint, so no base sync patches it first).
 
 The fix is SGLang's own patch path: one ``update_weights_from_tensor`` with no tensors right after launch.

@@ -574,9 +574,9 @@ class Doctor:
         elif not problems:
             self.add("verl guards", OK, "no pipeline parallel / PD / non-naive checkpoint engine / quantized adapter / "
                      "LoRA variant, target or alpha the rollout would not serve as trained")
-        self.check_tp(rollout, model_cfg, bool(problems))
+        self.check_tp(rollout, model_cfg)
 
-    def check_tp(self, rollout: Any, model_cfg: Any, guards_failed: bool) -> None:
+    def check_tp(self, rollout: Any, model_cfg: Any) -> None:
         from verl_sglang_lora.verl_glue.config_guards import TP_SETTING, model_hf_config, tp_problems
 
         hf = model_hf_config(model_cfg)

@@ -1,8 +1,8 @@
 """Reward for the offline tiny default: verl's GSM8K score, plus a small graded credit below it.
 
 Why: the tiny model is random-init, so verl's GSM8K score is 0 for every sample, every GRPO group has zero
-reward variance, every advantage is 0 and the adapter never leaves LoRA's all-zero-B start (seen on the H200:
-``actor/grad_norm: 0.0`` for 4 steps). Such a run proves the plumbing but not that SGLang serves a *trained*
+reward variance, every advantage is 0 and the adapter never leaves LoRA's all-zero-B start
+(``actor/grad_norm: 0.0`` at every step). Such a run proves the plumbing but not that SGLang serves a *trained*
 adapter. The graded credit (the share of digits in the response, at most ``DIGIT_CREDIT``) differs between
 samples of a group, so GRPO moves the adapter and the canary and ``training/rollout_probs_diff_*`` check a
 non-zero one. A correct answer still scores verl's full 1.0.

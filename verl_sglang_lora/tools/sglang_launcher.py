@@ -48,8 +48,8 @@ def launch_env(grpc_port: int, base: dict[str, str] | None = None) -> dict[str, 
     """The server's environment with SGLang's gRPC port pinned (unless the user pinned it).
 
     SGLang 0.5.12 derives the gRPC port as ``--port + 10000`` when ``SGLANG_GRPC_PORT`` is unset and refuses to
-    start when that passes 65535 -- seen on the H200 with the ephemeral port 58989 (``SGLANG_GRPC_PORT (68989) must
-    be between 1 and 65535``). Releases without the variable ignore it.
+    start when that passes 65535: an ephemeral port such as 58989 gives ``SGLANG_GRPC_PORT (68989) must
+    be between 1 and 65535``. Releases without the variable ignore it.
     """
     env = dict(os.environ if base is None else base)
     env.setdefault("SGLANG_GRPC_PORT", str(grpc_port))

@@ -25,7 +25,7 @@ def load_verl_sglang_server() -> ModuleType:
 
     Never through verl's replica loader in the server actor: it sets ``SGLANG_USE_CPU_ENGINE=1`` during the
     import, SGLang caches ``is_cpu()`` (and module constants derived from it) at import time, and the server
-    then runs on the CPU device (seen on the H200: "CPU device enabled" at launch, then a Triton
+    then runs on the CPU device ("CPU device enabled" at launch, then a Triton
     "cpu tensor?" crash at the first prefill).
     """
     try:

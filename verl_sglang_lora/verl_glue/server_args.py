@@ -37,7 +37,7 @@ def checkpoint_weights(args: dict[str, Any]) -> dict[str, Any]:
     Why, for a relaunch after a crash: a restarted server never gets the trainer's one-time base-weight sync
     again (adapter mode sends the base once), so under ``dummy`` it would serve random base weights; and
     SGLang refuses disk adapter loads under ``dummy`` ("DUMMY load_format should use DummyModelLoader and not
-    call _prepare_weights", seen on the H200), which is how the snapshot is loaded back.
+    call _prepare_weights"), which is how the snapshot is loaded back.
     """
     if args.get("load_format") != DUMMY_LOAD_FORMAT:
         return args

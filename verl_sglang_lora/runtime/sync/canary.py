@@ -2,7 +2,7 @@
 
 After each adapter load the server scores a fixed prompt with and without the new adapter -- as soon as its
 KV cache is resident again (during a hybrid sync it is released, and a generate then would crash SGLang's
-scheduler, as seen on the H200). An adapter whose
+scheduler). An adapter whose
 B matrices are non-zero must change the log-probs; an all-zero adapter (LoRA's initial state) must not. A
 served policy that contradicts the pushed tensors -- a request without ``lora_path``, a stale adapter, names
 SGLang silently ignored -- fails loudly instead of training on the wrong samples.
