@@ -240,14 +240,26 @@ def test_modules_to_save_merged_names_are_not_the_served_models(tiny_qwen3):
 
 
 # ---- bias training ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("lora, shown", [({"bias": "lora_only"}, "bias='lora_only'"), ({"bias": "all"}, "bias='all'"),
-                                         ({"lora_bias": True}, "lora_bias=True")])
-def test_bias_training_refused_in_adapter_mode_served_merged(tiny_qwen3, tmp_path, lora, shown):
-    adapter = save_adapter(tiny_qwen3, tmp_path / "bias", **lora)
+@pytest.mark.parametrize("bias", ["lora_only", "all"])
+def test_bias_training_refused_in_adapter_mode_served_merged(tiny_qwen3, tmp_path, bias):
+    adapter = save_adapter(tiny_qwen3, tmp_path / "bias", bias=bias)
     key = f"actor_rollout_ref.model.lora_adapter_path={adapter}"
-    line = refused(compose(tiny_qwen3, key), "actor_rollout_ref.model.lora_adapter_path", "lora.merge=True")
-    assert shown in line
+    line = refused(compose(tiny_qwen3, key), "actor_rollout_ref.model.lora_adapter_path", "bias='none'", "lora.merge=True")
+    assert f"bias='{bias}'" in line
     served(compose(tiny_qwen3, key, MERGE))
+
+
+def test_lora_bias_refused_in_both_modes(tiny_qwen3, tmp_path):
+    """lora_bias: SGLang has no LoRA bias, and peft cannot merge it into Qwen3's bias-free projections."""
+    adapter = save_adapter(tiny_qwen3, tmp_path / "lora_bias", lora_bias=True)
+    key = f"actor_rollout_ref.model.lora_adapter_path={adapter}"
+    for extra in ((), (MERGE,)):
+        line = refused(compose(tiny_qwen3, key, *extra), "actor_rollout_ref.model.lora_adapter_path", "lora_bias=False")
+        assert "lora_bias=True" in line
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_qwen3)
+    pm = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], lora_bias=True))
+    with pytest.raises(Exception, match="Impossible to merge LoRA with `lora_bias=True`"):
+        pm.merge_adapter()
 
 
 def test_bias_hydra_key_refused(tiny_qwen3):
@@ -313,7 +325,7 @@ def test_empty_targets_refused(tiny_qwen3):
 
 
 def test_target_parameters_refused(tiny_qwen3):
-    cfg = compose(tiny_qwen3, "actor_rollout_ref.model.target_parameters=[mlp.experts.gate_up_proj]")
+    cfg = compose(tiny_qwen3, "+actor_rollout_ref.model.target_parameters=[mlp.experts.gate_up_proj]")
     refused(cfg, "actor_rollout_ref.model.target_parameters", "unset it")
 
 

@@ -34,6 +34,8 @@ class PluginSettings:
     resident: str = "auto"
     """In-place adapter sync into two pinned SGLang slots: auto (where it can run, else versioned loads, logged),
     on (refuse to start where it cannot run), off (versioned loads)."""
+    device_collect: bool = True
+    """FSDP2: the trainer hands the adapter over on the device (verl's collect copies it to the host and back)."""
     snapshot_dir: str = ""
     """Where the newest adapter is kept for a restarted server (node-local; empty = the temp dir)."""
 

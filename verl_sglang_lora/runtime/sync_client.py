@@ -33,6 +33,7 @@ from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, lora_module_path
 from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
 from verl_sglang_lora.verl_glue.config_guards import check_config
+from verl_sglang_lora.verl_glue.device_collect import install as install_device_collect
 from verl_sglang_lora.verl_glue.imports import load_verl_server_adapter
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config))
         self._resident = ResidentRequests(current_device()) if on and current_device() is not None else None
         self._resident_attached = -1  # the collector layout the server's slots are attached to (-1: none)
+        if self.lora.as_adapter and self.settings.device_collect:
+            install_device_collect()
         self._internal_version = -1
 
     # verl 0.9.1 writes ``rollout.sleep_level = 1`` after its first sync; the plugin's value is fixed by config.

@@ -88,6 +88,12 @@ def adapter_config_problems(config: Mapping[str, Any], where: str, *, as_adapter
             f"{where}: trainable_token_indices is set: trained embedding rows are not LoRA tensors and the rollout "
             "would serve the checkpoint's rows. Fix: save the adapter without trainable tokens."
         )
+    if _truthy(config.get("lora_bias")):
+        problems.append(
+            f"{where}: lora_bias=True: lora_B has a bias, which SGLang's LoRA does not apply, and peft cannot merge it "
+            "into a base layer without a bias (\"Impossible to merge LoRA with `lora_bias=True`\", e.g. Qwen3's "
+            "projections). Fix: save the adapter with lora_bias=False."
+        )
     if not as_adapter:
         return problems
     if _truthy(config.get("use_dora")):
@@ -100,11 +106,6 @@ def adapter_config_problems(config: Mapping[str, Any], where: str, *, as_adapter
         problems.append(
             f"{where}: bias={bias!r}: base-layer biases are trained, but the adapter sync carries only lora_A/lora_B "
             f"and SGLang's LoRA has no bias. Fix: bias='none', or {MERGE_FIX}."
-        )
-    if _truthy(config.get("lora_bias")):
-        problems.append(
-            f"{where}: lora_bias=True: lora_B has a bias, which SGLang's LoRA does not apply. Fix: lora_bias=False, "
-            f"or {MERGE_FIX}."
         )
     r = config.get("r", config.get("rank"))
     for key, base in (("rank_pattern", r), ("alpha_pattern", alpha)):
