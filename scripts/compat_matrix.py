@@ -330,6 +330,7 @@ def sglang_facts(cells: dict) -> dict:
             "adapter_wire": data["plugin"]["request"].get("1", {}).get("load_format") or "name -> tensor dict",
             "lora_load_patches": data["plugin"].get("lora_load_patches_reducers", {}).get("patches"),
             "priming_update_ok": data["plugin"].get("empty_tensor_update", {}).get("ok"),
+            "resident": data["plugin"].get("resident", {}),
             "import_s": data.get("sglang_import_secs"),
         }
     return facts
@@ -456,13 +457,16 @@ def render_md(matrix: dict, command: str) -> str:
           "the first CUDA-IPC adapter load (`no attribute '_rebuild_cuda_tensor_original'`, H200, docs/validation.md "
           "session 4); the plugin's server sends an empty `update_weights_from_tensor` after every launch.", "",
           "| SGLang | adapter tensors travel as | its adapter load applies the torch patch (read from `tp_worker.py`) "
-          "| priming update decoded, each rank reads `[]` |",
-          "|---|---|---|---|"]
+          "| priming update decoded, each rank reads `[]` | resident in-place sync (rollout TP 1; `runtime/resident/support.py`) |",
+          "|---|---|---|---|---|"]
     for s in matrix["sglang_releases"]:
         f = sf[s]
         if f.get("probed"):
+            res = f.get("resident") or {}
+            resident = ("not probed" if not res.get("ok") else "applies" if res.get("unsupported") is None
+                        else f"falls back: {md_escape(res['unsupported'])}")
             L.append(f"| {s} | `{f['adapter_wire']}` | {'yes' if f['lora_load_patches'] else 'no'} "
-                     f"| {'yes' if f['priming_update_ok'] else 'NO'} |")
+                     f"| {'yes' if f['priming_update_ok'] else 'NO'} | {resident} |")
     L += ["", "## Per verl release", "",
           "| verl | `[sglang]` pin | `verl.plugins` entry point | registered by `import verl` | by `import verl_sglang_lora.register` | by `VERL_USE_EXTERNAL_MODULES` | overlay: ppo_trainer / ppo_megatron_trainer |",
           "|---|---|---|---|---|---|---|"]

@@ -389,6 +389,7 @@ def plugin_contract(sg: SGLang) -> dict:
     out["request_per_tensor"] = step(lambda: one_request(1, flatten=False))  # the path for releases without it
     out["empty_tensor_update"] = step(lambda: empty_update_round_trip(sg))
     out["lora_load_patches_reducers"] = step(lambda: {"patches": lora_load_patches_reducers(sg)})
+    out["resident"] = step(lambda: {"ok": True, "unsupported": resident_reason("auto", 1)})
 
     launches = {
         "all_linear": "all-linear",  # FSDP default model.target_modules
@@ -448,6 +449,13 @@ def import_verl_sglang_rollout() -> tuple[Any, list[str]]:
     from verl.workers.rollout.sglang_rollout import sglang_rollout
 
     return sglang_rollout, stubbed
+
+
+def resident_reason(mode: str, ranks: int) -> str | None:
+    """Why the resident in-place path does not run on the release on sys.path (None: it runs)."""
+    from verl_sglang_lora.runtime.resident.support import unsupported_reason
+
+    return unsupported_reason(mode, ranks)
 
 
 def stub_inert_modules() -> list[str]:
