@@ -65,12 +65,25 @@ class FakeTokenizerManager:
 
     async def unload_lora_adapter(self, obj: Any, request: Any = None) -> Any:
         self.calls.append(("unload", obj.lora_name))
+        if self.unload_ok:
+            self.lora_registry._registry.pop(obj.lora_name, None)
         return _Result(success=self.unload_ok)
 
     unload_ok = True
     die_on_first_tensor_load = False
+    stall_first_tensor_load_s = 0.0  # the first tensor load answers only after this long, then registers anyway
     loaded_from_disk: list[dict]
     loaded_from_tensors: list[dict]
+
+    class _Registry:
+        def __init__(self) -> None:
+            self._registry: dict = {}
+
+    @property
+    def lora_registry(self) -> Any:
+        if "_lora_registry" not in self.__dict__:
+            self.__dict__["_lora_registry"] = FakeTokenizerManager._Registry()
+        return self.__dict__["_lora_registry"]
 
     async def load_lora_adapter(self, obj: Any, request: Any = None) -> Any:
         """SGLang's disk load (restart recovery): records the request the server actor built."""
@@ -85,11 +98,19 @@ class FakeTokenizerManager:
 
         if self.die_on_first_tensor_load and not ray.get_runtime_context().was_current_actor_reconstructed:
             os._exit(1)
+        if self.stall_first_tensor_load_s:
+            stall, self.stall_first_tensor_load_s = self.stall_first_tensor_load_s, 0.0
+            import asyncio
+
+            # what a slow scheduler does: the load completes and registers after the caller gave up
+            asyncio.get_running_loop().call_later(stall, lambda: self.lora_registry._registry.setdefault(obj.lora_name, 1))
+            await asyncio.sleep(stall * 2)
         assert isinstance(obj, io_struct.LoadLoRAAdapterFromTensorsReqInput), type(obj)
         field = "serialized_named_tensors" if getattr(obj, "serialized_named_tensors", None) else "serialized_tensors"
         self.loaded_from_tensors.append({"lora_name": obj.lora_name, "r": obj.config_dict["r"], "field": field,
                                          "load_format": getattr(obj, "load_format", None)})
         self.calls.append(("load_tensors", obj.lora_name))
+        self.lora_registry._registry[obj.lora_name] = 1
         return _Result(success=True)
 
 
@@ -164,8 +185,11 @@ def probe_class(base: type) -> type:
             self._server_address, self._server_port = "127.0.0.1", 0
             await self._after_launch()
 
-        def refuse_unloads(self) -> None:
-            self.tokenizer_manager.unload_ok = False
+        def refuse_unloads(self, refuse: bool = True) -> None:
+            self.tokenizer_manager.unload_ok = not refuse
+
+        def stall_next_tensor_load(self, seconds: float) -> None:
+            self.tokenizer_manager.stall_first_tensor_load_s = seconds
 
         async def server_args(self, from_checkpoint: bool) -> dict:
             """The ServerArgs keywords of verl's real ``launch_server`` through the plugin's real launch path

@@ -85,6 +85,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self._warned_no_adapter = False
         self._pending_canary: tuple[str, CanaryExpectation] | None = None
         self._unload_retry: list[str] = []  # stale versions SGLang refused to unload
+        self._uncertain: set[str] = set()  # loads that timed out: maybe registered by SGLang after all
         self.last_canary: dict[str, Any] | None = None
         # restart recovery (recovery.py): a reconstructed actor relaunches SGLang before its first call
         ctx = ray.get_runtime_context()
@@ -265,7 +266,12 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         else:
             name, action = self.adapters.name_for(push.version), "load"
             request = io_struct(LORA_REQUEST_CLASS)(lora_name=name, **push.request_fields)
-            await self._sglang_call("load_lora_adapter_from_tensors", request)
+            try:
+                await self._sglang_call("load_lora_adapter_from_tensors", request)
+            except SGLangRequestError as exc:
+                if exc.status is None:  # no answer: SGLang may still finish this load after we gave up on it
+                    self._forget_uncertain(name)
+                raise
         t_load = time.perf_counter()
         await self._activate(name, push.version, push.fingerprint, push.canary)
         if push.resident_failed:
@@ -321,6 +327,17 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             kwargs["disable_draft_model"] = True  # a speculative draft model has no LoRA slots
         await self._sglang_call("update_weights_from_tensor", cls(**kwargs))
 
+    def _forget_uncertain(self, name: str) -> None:
+        """A load that timed out may still land: its name is never reused (a retry of the version gets a revision
+        name), and it is unloaded at the next activation if SGLang did register it."""
+        self.adapters.unloading.add(name)
+        self._uncertain.add(name)
+
+    def _sglang_holds(self, name: str) -> bool | None:
+        """Whether SGLang's adapter registry has ``name`` (None when the release does not expose it)."""
+        registry = getattr(getattr(self.tokenizer_manager, "lora_registry", None), "_registry", None)
+        return None if registry is None else name in registry
+
     def _disable_resident(self, reason: str) -> None:
         if self.resident.disabled is None:
             logger.error("sglang_lora: RESIDENT IN-PLACE SYNC OFF for this server launch, falling back to versioned "
@@ -344,7 +361,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
 
     async def _activate(self, name: str, version: int, fingerprint: str, canary: dict | None) -> None:
         stale = self.adapters.activate(name, version, fingerprint)
-        await self._unload(stale + self._unload_retry, raise_on_failure=True)
+        # a timed-out load that landed after all is unloaded; its name stays retired either way
+        landed = [n for n in self._uncertain if self._sglang_holds(n) is not False]  # unknown: try the unload
+        self._uncertain.clear()
+        await self._unload(stale + self._unload_retry + landed, raise_on_failure=True)
         if canary is not None:
             self._pending_canary = (name, CanaryExpectation(**canary))
         if KV_CACHE not in self.memory.released:  # otherwise at resume_memory(kv_cache)
@@ -357,7 +377,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         try:
             result = await asyncio.wait_for(getattr(self.tokenizer_manager, method)(request, None), timeout)
         except asyncio.TimeoutError:
-            raise SGLangRequestError(method, None, f"no answer within {timeout:.0f} s "
+            raise SGLangRequestError(method, None, f"no answer within {timeout:g} s "
                                      "(engine_kwargs.sglang_lora.http_timeout_s); is SGLang's scheduler alive?") from None
         except Exception as exc:  # an assert or error inside SGLang's handler: keep its text
             raise SGLangRequestError(method, None, f"{type(exc).__name__}: {exc}") from exc
