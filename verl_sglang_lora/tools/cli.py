@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from verl_sglang_lora import __version__
+
 DOCTOR_HELP = """Check a verl config for rollout.name=sglang_lora against the installed verl / SGLang, on a CPU-only
 machine, before any GPU is allocated. The overlay (hydra.searchpath=[pkg://verl_sglang_lora.configs]
 +sglang_lora=default) is added for you; pass the same Hydra overrides as your training command.
@@ -28,6 +30,7 @@ def doctor_parser() -> argparse.ArgumentParser:
 
 def top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="verl-sglang-lora", description="verl-sglang-lora tools")
+    parser.add_argument("--version", action="version", version=f"verl-sglang-lora {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("doctor", help="preflight a config on a CPU-only machine", add_help=False)
     return parser
