@@ -18,6 +18,7 @@ setup(
     description="Hot-swapped LoRA adapters in SGLang rollouts for verl (rollout.name=sglang_lora)",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["verl_sglang_lora", "verl_sglang_lora.*"]),
     # configs/ at the top level is a link to verl_sglang_lora/configs: the overlay must live inside the package so
