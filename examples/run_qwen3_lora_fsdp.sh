@@ -16,6 +16,9 @@ EXP=${EXP:-qwen3_lora_sglang_fsdp}
 STRATEGY=${STRATEGY:-fsdp2}
 ASSETS=${ASSETS:-$PWD/.assets/tiny}
 
+# stop in seconds, with one message, where the run cannot start (no GPU, a package of the recipe missing)
+"$PYTHON" -m verl_sglang_lora.tools.preflight --gpus "${NGPUS:-1}" || exit 2
+
 if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
     "$PYTHON" -m verl_sglang_lora.tools.offline_assets --out "$ASSETS" >/dev/null
     MODEL_PATH=${MODEL_PATH:-$ASSETS/model}

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIM = """#!/usr/bin/env bash
 # the offline assets are written by the real interpreter; verl's trainer is not started, its argv is recorded
 if [ "$2" = "verl.trainer.main_ppo" ]; then shift 2; "{py}" -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "$@"
+elif [ "$2" = "verl_sglang_lora.tools.preflight" ]; then exit 0  # this CPU host has no GPU: tested on its own below
 else exec "{py}" "$@"; fi
 """
 EXAMPLES = {"run_qwen3_lora_fsdp.sh": "ppo_trainer", "run_qwen3_lora_megatron.sh": "ppo_megatron_trainer"}
@@ -73,3 +74,15 @@ def test_example_composes_and_its_offline_reward_varies_within_a_group(script: s
     scores = [score(data_source=row["data_source"], solution_str=t, ground_truth=gt) for t in texts]
     assert all(0.0 <= s < 1.0 for s in scores)  # the random model does not answer right
     assert len(set(scores)) > 1, scores  # non-zero GRPO advantages
+
+
+@pytest.mark.parametrize("script", sorted(EXAMPLES))
+def test_example_stops_in_seconds_with_one_message_without_a_gpu(script: str, tmp_path: Path) -> None:
+    """The real preflight on this GPU-less host: exit 2 before any asset is written or verl starts, no traceback."""
+    env = {**os.environ, "PYTHON": sys.executable, "ASSETS": str(tmp_path / "assets"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(["bash", str(ROOT / "examples" / script)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)  # a hang fails here
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "preflight: no usable CUDA GPU" in proc.stderr and "verl-sglang-lora doctor" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "assets").exists()
