@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the extra wheels of .whl/b3 (verl-core runtime deps not in the first bundle) and this plugin into /tmp/site.
+# Install the extra wheels of .whl/b3 where carried (wheels added after a bundle was built) and this plugin into /tmp/site.
 set -euo pipefail
 [ -d .whl/b3 ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site --upgrade .whl/b3/*.whl 2>&1 | grep -v "Target directory" || true
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site --upgrade . 2>&1 | grep -v "Target directory" || true
