@@ -29,7 +29,10 @@ from verl_sglang_lora.tools.doctor import (  # noqa: E402
     sglang_source_root,
 )
 
-FSDP_LORA = ["actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.model.lora_alpha=32"]
+# FSDP2: with verl's default FSDP1 the doctor fails LoRA adapter mode (verl 0.9.1 hands over an empty adapter; see
+# tests/test_bad_lora_settings_on_cpu.py::test_doctor_fails_fsdp1_with_lora_adapter)
+FSDP_LORA = ["actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.model.lora_alpha=32",
+             "actor_rollout_ref.actor.strategy=fsdp2"]
 MEGATRON_LORA = ["actor_rollout_ref.model.lora.rank=32", "actor_rollout_ref.model.lora.alpha=32"]
 
 
@@ -59,8 +62,8 @@ def test_good_fsdp_config_passes(tiny_qwen3, capsys):
     assert code == 0, out
     for name in ("version verl", "version sglang", "version torch", "version ray", "version transformers",
                  "version peft", "entry point", "registration (fresh interpreter)", "config compose", "overlay",
-                 "rollout config", "lora", "plugin settings", "verl guards", "max_lora_rank", "launch args",
-                 "model", "target modules", "memory tags"):
+                 "rollout config", "lora", "fsdp version", "plugin settings", "verl guards", "tp vs heads",
+                 "max_lora_rank", "launch args", "model", "target modules", "memory tags"):
         assert status(table, name) == OK, out
     assert status(table, "compat matrix") in (OK, WARN)  # WARN only where CI installs an untested pair
     assert "adapter (hot-swapped)" in table["lora"][0][1]

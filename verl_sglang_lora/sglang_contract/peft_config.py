@@ -85,8 +85,9 @@ def adapter_config_problems(config: Mapping[str, Any], where: str, *, as_adapter
         )
     if config.get("trainable_token_indices"):
         problems.append(
-            f"{where}: trainable_token_indices is set: trained embedding rows are not LoRA tensors and the rollout "
-            "would serve the checkpoint's rows. Fix: save the adapter without trainable tokens."
+            f"{where}: trainable_token_indices is set: the trained embedding rows (peft's trainable_tokens_delta) "
+            "are no lora_A/lora_B pair the adapter sync carries, and verl 0.9.1's merge folds in LoRA layers only, so "
+            "no mode serves them. Fix: save the adapter without trainable tokens."
         )
     if _truthy(config.get("lora_bias")):
         problems.append(

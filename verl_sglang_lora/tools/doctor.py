@@ -40,8 +40,10 @@ INSTALL_SGLANG = ("pip install --no-deps sglang==0.5.12 sglang-kernel==0.4.2.pos
 INSTALL_SGLANG_DEPS = ("pip install msgspec orjson pybase64 pyzmq fastapi uvicorn python-multipart partial-json-parser "
                        "xgrammar==0.2.0 apache-tvm-ffi==0.1.9 setproctitle openai==2.6.1 compressed-tensors gguf ipython "
                        "soundfile")
-INSTALL_PLUGIN = "pip install verl-sglang-lora"
-INSTALL_RECIPE = (INSTALL_VERL, INSTALL_SGLANG, INSTALL_SGLANG_DEPS, INSTALL_PLUGIN)
+INSTALL_PLUGIN = "pip install ."  # in the verl-sglang-lora checkout: the package is not on PyPI
+INSTALL_PLUGIN_GIT = "pip install git+https://github.com/<owner>/verl-sglang-lora"
+INSTALL_RECIPE = (INSTALL_VERL, INSTALL_SGLANG, INSTALL_SGLANG_DEPS, INSTALL_PLUGIN, INSTALL_PLUGIN_GIT)
+INSTALL_PLUGIN_HINT = f"{INSTALL_PLUGIN} in the verl-sglang-lora checkout (or {INSTALL_PLUGIN_GIT})"
 INSTALL_HINTS = {
     "verl": INSTALL_VERL,
     "ray": f"{INSTALL_VERL} (verl brings ray)",
@@ -344,7 +346,7 @@ class Doctor:
         loads = verl_loads_entry_points()
         if not eps:
             self.add("entry point", FAIL, "no `verl.plugins` entry point named sglang_lora",
-                     f"{INSTALL_PLUGIN} (a source checkout on PYTHONPATH has no entry point)")
+                     f"{INSTALL_PLUGIN_HINT}; a source checkout on PYTHONPATH has no entry point")
         elif loads is False:
             self.add("entry point", WARN, f"installed, but verl {self.versions['verl']} does not load verl.plugins",
                      "keep the overlay (+sglang_lora=default): its external_lib and VERL_USE_EXTERNAL_MODULES register")
@@ -399,7 +401,7 @@ class Doctor:
     def check_config(self) -> None:
         if importlib.util.find_spec("verl_sglang_lora.configs") is None:
             self.add("config overlay", FAIL, "package verl_sglang_lora.configs not importable",
-                     "pip install verl-sglang-lora (pkg://verl_sglang_lora.configs comes with the install)")
+                     f"{INSTALL_PLUGIN_HINT}; pkg://verl_sglang_lora.configs comes with the install")
             return
         try:
             cfg = compose_config(self.config_name, self.overrides)

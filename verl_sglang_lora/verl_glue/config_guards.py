@@ -191,6 +191,17 @@ def lora_problems(plan: LoRAPlan, model_config: Any, hf: Mapping[str, Any] | Non
             f"{'zero (the adapter trains and changes nothing)' if plan.alpha == 0 else 'negative'}. Fix: set "
             f"{plan.alpha_setting} > 0 (commonly the rank, {plan.rank}, or twice the rank)."
         )
+    target = to_plain(plan.target_modules)
+    exclude = to_plain(cfg_path(model_config, "lora.exclude_modules", None)) if plan.megatron_block else None
+    if target == [] and exclude:
+        if plan.as_adapter:  # Megatron-Bridge reads [] + exclude_modules as "every linear layer but these"
+            problems.append(
+                f"{plan.target_modules_setting}=[] with actor_rollout_ref.model.lora.exclude_modules={exclude}: "
+                "Megatron-Bridge then adapts every linear layer but those, which SGLang's --lora-target-modules "
+                "cannot express. Fix: list the modules in lora.target_modules and clear lora.exclude_modules."
+            )
+    elif target == []:  # PEFT refuses it on the training GPUs (NoMatchingPeftModuleError), in either mode
+        problems += adapter_target_problems(target, plan.target_modules_setting)
     experts = num_experts(hf)
     if not plan.as_adapter:
         if experts and not plan.megatron_block:
@@ -209,15 +220,8 @@ def lora_problems(plan: LoRAPlan, model_config: Any, hf: Mapping[str, Any] | Non
             f"actor_rollout_ref.model.lora.type={plan.lora_type}: {why}. Fix: actor_rollout_ref.model.lora.type=lora, "
             "or serve merged weights with actor_rollout_ref.model.lora.merge=True."
         )
-    target_problems = adapter_target_problems(to_plain(plan.target_modules), plan.target_modules_setting)
-    exclude = to_plain(cfg_path(model_config, "lora.exclude_modules", None)) if plan.megatron_block else None
-    if target_problems and exclude and to_plain(plan.target_modules) == []:
-        target_problems = [
-            f"{plan.target_modules_setting}=[] with actor_rollout_ref.model.lora.exclude_modules={exclude}: "
-            "Megatron-Bridge then adapts every linear layer but those, which SGLang's --lora-target-modules cannot "
-            "express. Fix: list the modules in lora.target_modules and clear lora.exclude_modules."
-        ]
-    problems += target_problems
+    if target != []:  # an empty list is judged above, for both modes
+        problems += adapter_target_problems(target, plan.target_modules_setting)
     params = to_plain(cfg_get(model_config, "target_parameters", None))
     if params and not plan.megatron_block:
         problems.append(
