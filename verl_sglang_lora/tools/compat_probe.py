@@ -389,7 +389,7 @@ def plugin_contract(sg: SGLang) -> dict:
     out["request_per_tensor"] = step(lambda: one_request(1, flatten=False))  # the path for releases without it
     out["empty_tensor_update"] = step(lambda: empty_update_round_trip(sg))
     out["lora_load_patches_reducers"] = step(lambda: {"patches": lora_load_patches_reducers(sg)})
-    out["resident"] = step(lambda: {"ok": True, "unsupported": resident_reason("auto", 1)})
+    out["resident"] = step(lambda: {"ok": True, "unsupported": installed_facts()["resident_unsupported"]})
 
     launches = {
         "all_linear": "all-linear",  # FSDP default model.target_modules
@@ -449,6 +449,24 @@ def import_verl_sglang_rollout() -> tuple[Any, list[str]]:
     from verl.workers.rollout.sglang_rollout import sglang_rollout
 
     return sglang_rollout, stubbed
+
+
+def installed_facts() -> dict[str, Any]:
+    """What the doctor reads of the installed SGLang: request shape, LoRA-capable modules, resident support."""
+    from verl_sglang_lora.sglang_contract.lora_request import request_shape
+    from verl_sglang_lora.sglang_contract.target_modules import supported_target_modules
+
+    return {"shape": dataclasses.asdict(request_shape()), "supported": supported_target_modules(),
+            "resident_unsupported": resident_reason("auto", 1)}
+
+
+def registration_facts() -> dict[str, bool]:
+    """Whether ``import verl`` alone filled both registries in this fresh interpreter."""
+    import verl  # noqa: F401 - the import is the thing probed (entry points)
+
+    from verl_sglang_lora.verl_glue.registration import registration_state
+
+    return registration_state()
 
 
 def resident_reason(mode: str, ranks: int) -> str | None:

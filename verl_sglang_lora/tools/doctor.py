@@ -66,17 +66,15 @@ REGISTER_MODULE = "verl_sglang_lora.register"
 PROBE_PREFIX = "VSL_PROBE="
 PROBE_TIMEOUT_S = 180
 
+# the probes are the compat probe's own functions (tools/compat_probe.py, shared with the matrix and its tests),
+# run in a fresh interpreter: registration must be seen from `import verl` alone, and SGLang caches import facts
 REGISTRATION_PROBE = (
-    "import json, verl\n"
-    "from verl_sglang_lora.verl_glue.registration import registration_state\n"
-    f"print({PROBE_PREFIX!r} + json.dumps(registration_state()))\n"
+    "import json\nfrom verl_sglang_lora.tools.compat_probe import registration_facts\n"
+    f"print({PROBE_PREFIX!r} + json.dumps(registration_facts()))\n"
 )
 SGLANG_PROBE = (
-    "import dataclasses, json\n"
-    "from verl_sglang_lora.sglang_contract.lora_request import request_shape\n"
-    "from verl_sglang_lora.sglang_contract.target_modules import supported_target_modules\n"
-    "shape = dataclasses.asdict(request_shape())\n"
-    f"print({PROBE_PREFIX!r} + json.dumps({{'shape': shape, 'supported': supported_target_modules()}}))\n"
+    "import json\nfrom verl_sglang_lora.tools.compat_probe import installed_facts\n"
+    f"print({PROBE_PREFIX!r} + json.dumps(installed_facts()))\n"
 )
 
 

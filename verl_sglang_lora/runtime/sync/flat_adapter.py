@@ -100,9 +100,9 @@ class AdapterCollector:
         if not seen:
             raise ValueError(
                 "the LoRA sync carried no tensors; refusing to load an empty adapter (SGLang would serve the base "
-                "policy). With FSDP1 and fsdp_config.use_orig_params=False, verl's collect_lora_params finds no "
-                "lora_ parameters; fix: actor_rollout_ref.actor.strategy=fsdp2 (and fsdp_config.strategy=fsdp2), or "
-                "actor_rollout_ref.actor.fsdp_config.use_orig_params=True"
+                "policy). With FSDP1 verl's collect_lora_params hands over no "
+                "lora_ parameters (use_orig_params=True does not change that); fix: actor_rollout_ref.actor.strategy=fsdp2 "
+                "and actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 (`verl-sglang-lora doctor` checks it)"
             )
         check_lora_pairs(modules)
         if pending or set(seen) != set(by_slot):
