@@ -299,13 +299,18 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             attach = push.resident.get("attach")
             if not attach:
                 return None  # the client attaches at its next sync (reply: attached=False)
-            for slot, fields in zip(RESIDENT_SLOTS, (push.request_fields, push.resident["slot_fields"])):
-                request = io_struct(LORA_REQUEST_CLASS)(lora_name=slot, pinned=True, **fields)
-                await self._sglang_call("load_lora_adapter_from_tensors", request)  # SGLang's own load of v
             slots.created = True
             self.adapters.permanent.update(RESIDENT_SLOTS)
-            for op, slot, blobs in attach:
-                await self._loader_call(blobs)
+            try:
+                for slot, fields in zip(RESIDENT_SLOTS, (push.request_fields, push.resident["slot_fields"])):
+                    request = io_struct(LORA_REQUEST_CLASS)(lora_name=slot, pinned=True, **fields)
+                    await self._sglang_call("load_lora_adapter_from_tensors", request)  # SGLang's own load of v
+                for op, slot, blobs in attach:
+                    await self._loader_call(blobs)
+            except SGLangRequestError as exc:  # e.g. the pool cannot pin two slots: versioned loads from now on
+                self._disable_resident(f"creating the slots failed: {exc}")
+                await self._drop_slots()
+                return None
             slots.attached, slots.active = True, RESIDENT_SLOTS[0]  # slot0 holds SGLang's own load of v
             return [(op, slot) for op, slot, _ in attach]
         slot = slots.idle(self.adapters.refs)
@@ -342,14 +347,14 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         if self.resident.disabled is None:
             logger.error("sglang_lora: RESIDENT IN-PLACE SYNC OFF for this server launch, falling back to versioned "
                          "adapter loads: %s", reason)
-        self.resident.disabled = reason
-        self.sync_metrics.resident_fallbacks += 1
+            self.resident.disabled = reason
+            self.sync_metrics.resident_fallbacks += 1
 
     async def _drop_slots(self) -> None:
-        """After a fallback the pinned slots only take pool space: unload them (none is served any more)."""
+        """After a fallback the pinned slots only take pool space: unload those SGLang holds (none is served)."""
         if self.resident.created:
             self.adapters.permanent.difference_update(RESIDENT_SLOTS)
-            await self._unload(list(RESIDENT_SLOTS))
+            await self._unload([s for s in RESIDENT_SLOTS if self._sglang_holds(s) is not False])
             self.resident.created = self.resident.attached = False
             self.resident.active = None
 

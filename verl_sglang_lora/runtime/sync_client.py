@@ -176,6 +176,9 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         state = result.get("resident") or {}
         if self._resident is None:
             return None
+        if state.get("disabled"):  # the server turned the path off (its log says why): versioned loads from now on
+            logger.warning("sglang_lora: resident in-place sync off: %s", state["disabled"])
+            self._resident = None
         ran = [calls[tuple(op_slot)] for op_slot in state.get("ran", [])]
         self._resident_attached = self._collector.layouts_built if state.get("attached") else -1
         return check_results(ran) if ran else None
