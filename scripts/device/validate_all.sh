@@ -2,8 +2,9 @@
 # The GPU validation still owed (docs/validation.md), logs under $OUT.
 #   bash scripts/device/validate_all.sh [FIRST_STEP=1] [BUDGET_S=570]        steps FIRST..8 in order
 #   ONLY="7 6" bash scripts/device/validate_all.sh 1 570                       just these, in this order
-# Steps: 1 FSDP2 adapter run, 2 stock sglang, 3 merge, 4 no LoRA, 5 tests/gpu, 6 benchmarks, 7 kill-and-recover,
-# 8 Megatron (needs the Megatron wheels in /tmp/mcore and the TE torch build: scripts/device/megatron_stack.sh)
+# Steps: 1 FSDP2 adapter run (resident in-place sync on by default: resident=auto), 2 stock sglang, 3 merge, 4 no LoRA,
+# 5 tests/gpu, 6 benchmarks, 7 kill-and-recover, 8 Megatron (needs the Megatron wheels in /tmp/mcore and the TE torch
+# build: scripts/device/megatron_stack.sh), 9 resident slot checks (0.6B and 8B shapes, r32; RESIDENT_SHAPES)
 # (7 is also a trained-adapter run: 6 steps with the graded offline reward, the server killed after version 3).
 # Each step gets min(its own cap, what is left of BUDGET_S); a step that would get < 90 s is left for the next
 # call, printed as "NEXT_STEPS=..." (a device call is limited to 600 s). A verl run needs ~3 min to its first
@@ -22,6 +23,16 @@ benchmarks() {
     timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.tools.benchmarks ${BENCH_ARGS:---shape qwen3-0.6b --shape qwen3-8b} \
         --json "$LOGDIR/bench.json" > "$LOGDIR/bench.log" 2>&1; tail -30 "$LOGDIR/bench.log"
 }
+resident_checks() {
+    for shape in ${RESIDENT_SHAPES:-qwen3-0.6b qwen3-8b}; do
+        python3 -c "from pathlib import Path; from verl_sglang_lora.tools.benchmarks import write_checkpoint; write_checkpoint('$shape', Path('/tmp/ckpt_$shape'))" \
+            > "$LOGDIR/ckpt_$shape.log" 2>&1
+        timeout "$STEP_TIMEOUT" python3 scripts/device/resident_check.py --model "/tmp/ckpt_$shape" --rank 32 --iters 30 \
+            --out "$LOGDIR/resident_$shape.json" --server-arg=--attention-backend --server-arg=triton \
+            --server-arg=--sampling-backend --server-arg=pytorch > "$LOGDIR/resident_$shape.log" 2>&1
+        grep -v "^  " "$LOGDIR/resident_$shape.log" | tail -12
+    done
+}
 # step N -> "CAP CMD..."
 step() {
     case $1 in
@@ -34,6 +45,7 @@ step() {
     7) run 480 env STEPS="${KILL_STEPS:-6}" KILL_AFTER_VERSION="${KILL_AFTER_VERSION:-3}" bash scripts/device/kill_recover.sh ;;
     8) if [ -d "${MCORE_DIR:-/tmp/mcore}" ]; then run 480 bash scripts/device/megatron_stack.sh run
        else echo "== step 8 skipped: no Megatron wheels in ${MCORE_DIR:-/tmp/mcore} (docs/megatron_gpu.md)"; fi ;;
+    9) run 540 resident_checks ;;
     *) echo "no step $1" >&2 ;;
     esac
 }
@@ -48,7 +60,7 @@ run() {
     return 0
 }
 
-steps=${ONLY:-$(seq -s ' ' "$FIRST" 8)}
+steps=${ONLY:-$(seq -s ' ' "$FIRST" 9)}
 left_over=()
 for n in $steps; do
     if [ ${#left_over[@]} -gt 0 ]; then left_over+=("$n"); continue; fi  # keep the order after a deferral
