@@ -92,7 +92,8 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     assert {k: out["plan"][k] for k in ("action", "name", "version")} == {"action": "load", "name": "verl_lora_v3",
                                                                            "version": 3}
     assert out["plan"]["stats"]["bytes"] == 2048 and out["plan"]["stats"]["load_ms"] >= 0
-    assert out["again"] == {"action": "ack", "name": "verl_lora_v3", "version": 3}
+    assert out["again"] == {"action": "ack", "name": "verl_lora_v3", "version": 3,
+                            "resident": {"ran": [], "attached": False, "disabled": None}}
     assert out["released"] == ["kv_cache"]  # adapter mode keeps the base weights resident
     assert ("generate", "verl_lora_v3") not in [tuple(c) for c in out["calls_while_released"]]  # canary deferred
     assert out["resumed_weights"] == [] and out["resumed_kv"] == ["kv_cache"]

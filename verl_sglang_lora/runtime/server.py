@@ -257,7 +257,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             self._disable_resident(push.resident_failed)
         elif self.adapters.check_push(push.version, push.fingerprint) == "ack":
             logger.info("sglang_lora: version %d already served as %s; ack", push.version, self.adapters.active.name)
-            return {"action": "ack", "name": self.adapters.active.name, "version": push.version}
+            return {"action": "ack", "name": self.adapters.active.name, "version": push.version,
+                    "resident": {"ran": [], **self._resident_state()}}
         ran = await self._write_resident(push) if push.resident and self.resident.disabled is None else None
         if ran is not None:
             name, action = self.resident.active, "inplace"
@@ -313,6 +314,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 return None
             slots.attached, slots.active = True, RESIDENT_SLOTS[0]  # slot0 holds SGLang's own load of v
             return [(op, slot) for op, slot, _ in attach]
+        if "writes" not in push.resident:  # the client's buffer layout changed under attached slots
+            self._disable_resident("the adapter's tensor layout changed after the slots were attached")
+            await self._drop_slots()
+            return None
         slot = slots.idle(self.adapters.refs)
         if slot is None:
             logger.warning("sglang_lora: both resident slots are in use by running requests; version %d takes "
