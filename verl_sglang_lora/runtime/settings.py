@@ -38,6 +38,9 @@ class PluginSettings:
     """FSDP2: the trainer hands the adapter over on the device (verl's collect copies it to the host and back)."""
     snapshot_dir: str = ""
     """Where the newest adapter is kept for a restarted server (node-local; empty = the temp dir)."""
+    topology: str = ""
+    """Path of an SGLang topology YAML (models -> server groups, docs/topology.md); validated and planned by
+    `verl-sglang-lora doctor`. The run does not launch it yet (issue 18 items 2-3)."""
 
     @classmethod
     def from_rollout_config(cls, rollout_config: Any) -> "PluginSettings":

@@ -420,6 +420,8 @@ class Doctor:
         plan = self.guarded("lora", self.check_lora, cfg)
         settings = self.guarded("plugin settings", self.check_settings, rollout_cfg)
         self.guarded("verl guards", self.check_guards, rollout_cfg, model_cfg)
+        if settings is not None and settings.topology:
+            self.guarded("topology", self.check_topology, cfg)
         if plan is None:
             return
         targets = None
@@ -429,6 +431,32 @@ class Doctor:
         self.guarded("memory tags", self.check_memory, plan, cfg)
         if str(_select(cfg, "actor_rollout_ref.actor.strategy")) == "megatron" and plan.enabled:
             self.guarded("megatron stack", self.check_megatron_stack, cfg)
+
+    # ---- topology (issue 18 items 1 and 4; docs/topology.md) ----------------------------------------------
+    def check_topology(self, cfg: Any) -> None:
+        from verl_sglang_lora.topology import TopologyError, format_placement, plan_placement, summary
+        from verl_sglang_lora.topology.schema import SETTING, server_args_fields_from_source, topology_from_config
+
+        try:  # read from the installed source: the doctor does not import SGLang in-process
+            fields = server_args_fields_from_source()
+        except Exception as exc:
+            self.add("topology", FAIL, f"the installed SGLang's ServerArgs fields are unreadable ({exc})",
+                     "install SGLang as in README, Install; the overrides are checked against its ServerArgs")
+            return
+        try:
+            topo = topology_from_config(cfg, fields)
+        except TopologyError as exc:
+            for problem in exc.problems:
+                self.add("topology", FAIL, f"{_select(cfg, SETTING)}: {problem.key}: {problem.message}",
+                         f"{problem.key}: {problem.fix}")
+            return
+        rows = plan_placement(topo)
+        self.placement_text = f"Planned SGLang placement ({topo.source}):\n{format_placement(rows)}"
+        for warning in topo.warnings:
+            self.add("topology", WARN, warning, warning.rsplit("; ", 1)[-1])
+        self.add("topology", OK, summary(topo, rows) + " (placement table below)")
+        self.add("topology launch", WARN, "validated and planned only: the run does not launch frozen models nor "
+                 "apply per-group overrides yet (issue 18 items 2-3)", "docs/topology.md, What runs")
 
     def check_megatron_stack(self, cfg: Any) -> None:
         """verl 0.9.1 trains Megatron LoRA only through Megatron-Bridge, which imports TransformerEngine's torch
@@ -761,5 +789,9 @@ def format_table(checks: list[Check]) -> str:
 
 def run_doctor(overrides: list[str], config_name: str = "ppo_trainer", ray: bool = False) -> tuple[int, str]:
     """(exit code, report): 1 when any check FAILs."""
-    checks = Doctor(overrides, config_name, ray).run()
-    return (1 if any(c.status == FAIL for c in checks) else 0), format_table(checks)
+    doc = Doctor(overrides, config_name, ray)
+    checks = doc.run()
+    report = format_table(checks)
+    if getattr(doc, "placement_text", ""):  # the topology setting is set and valid
+        report += "\n\n" + doc.placement_text
+    return (1 if any(c.status == FAIL for c in checks) else 0), report
