@@ -15,6 +15,9 @@ Modules, one job each:
   ``protocol`` the wire format: tensor-name header, status/message tensors.
   ``loader``   the ``--custom-weight-loader`` entry point (``verl_sglang_lora.runtime.resident.loader.apply``).
   ``selfcheck`` builds SGLang's real LoRAManager on a CPU stand-in model and checks the plan (tests, doctor).
+  ``support``  whether the path applies (config and the installed SGLang's declarations), for both sides.
+  ``requests`` the sync client's side: status tensors and the serialized loader calls, and their check.
+  ``slots``    the server actor's side: which slot serves, which one the next version is written into.
 """
 
 LOADER_PATH = "verl_sglang_lora.runtime.resident.loader.apply"

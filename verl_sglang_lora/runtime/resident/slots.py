@@ -8,7 +8,7 @@ versioned load instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from verl_sglang_lora.runtime.resident.requests import SLOTS
 
@@ -19,7 +19,6 @@ class ResidentSlots:
     attached: bool = False  # the loader holds the client's flat-buffer views for both slots
     active: str | None = None  # the slot new requests name
     disabled: str | None = None  # why the in-place path is off for the rest of this launch
-    versions: dict[str, int] = field(default_factory=dict)
 
     def idle(self, refs: dict[str, int]) -> str | None:
         """The slot a write may touch: not the served one, and no request holds it."""
@@ -27,9 +26,3 @@ class ResidentSlots:
             if slot != self.active and refs.get(slot, 0) == 0:
                 return slot
         return None
-
-    def reset(self) -> None:
-        """A fresh SGLang launch holds no slots."""
-        self.created = self.attached = False
-        self.active = None
-        self.versions.clear()
