@@ -301,3 +301,15 @@ def test_doctor_fails_a_bad_topology_naming_the_key(tiny_qwen3, tmp_path, capsys
     assert code == 1
     assert "sglang[1].server_groups[0].overrides.tp_sizee: not a field of the installed SGLang's ServerArgs" in out
     assert "did you mean `tp_size`?" in out and "Planned SGLang placement" not in out
+
+
+def test_a_run_refuses_the_topology_setting_instead_of_ignoring_it(tiny_qwen3, tmp_path):
+    """Until a run launches per-group overrides and frozen models, the setting stops it before any GPU is used."""
+    from verl_sglang_lora.verl_glue.config_guards import config_problems
+
+    topo = write(tmp_path, VALID)
+    rollout = {"name": "sglang_lora", "mode": "async",
+               "engine_kwargs": {"sglang_lora": {"topology": str(topo)}}}
+    problems = config_problems(rollout, {"path": str(tiny_qwen3), "lora_rank": 8, "lora_alpha": 16})
+    assert any(p.startswith(f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.topology={topo}") and
+               "Fix: remove the setting to run" in p for p in problems), problems

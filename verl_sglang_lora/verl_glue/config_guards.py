@@ -79,6 +79,14 @@ def config_problems(rollout_config: Any, model_config: Any) -> list[str]:
             "mode: a restarted server holds the checkpoint's weights, not the trained ones (only adapters are "
             "snapshotted). Fix: server_max_restarts=0, or serve LoRA as an adapter (rank > 0, lora.merge=False)."
         )
+    topology = cfg_path(rollout_config, "engine_kwargs.sglang_lora.topology", "") or ""
+    if topology:
+        # checked and planned by the doctor (verl_sglang_lora.topology), not yet launched by a run: never ignored
+        problems.append(
+            f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.topology={topology}: `verl-sglang-lora doctor` "
+            "validates this YAML and prints its placement, but a run does not launch per-group overrides or frozen "
+            "models yet (docs/topology.md). Fix: remove the setting to run; keep it for `doctor`."
+        )
     if plan.enabled and plan.rank > 0 and str(cfg_get(rollout_config, "mode", "async")) != "async":
         problems.append("actor_rollout_ref.rollout.mode must be 'async' (verl's SGLang server mode). Fix: mode=async.")
     hf = model_hf_config(model_config)
