@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 STUB = ROOT / "scripts" / "cpu_env" / "sgl_kernel_stub"
 # None: the path runs; else a word of the reason it does not
 EXPECTED = {"0.5.8": None, "0.5.12": None, "0.5.18": None, "0.5.23": "weight-update session"}
+# whether the server primes the scheduler after launch: not where a tensor update outside a weight-update session is
+# refused (0.5.23), whose adapter load applies the torch patch itself (docs/compatibility.md)
+PRIMES = {"0.5.8": True, "0.5.12": True, "0.5.18": True, "0.5.23": False}
 
 
 @pytest.mark.parametrize("version", SGLANG_RELEASES)
@@ -26,14 +29,17 @@ def test_resident_support_per_release(version: str) -> None:
             pytest.fail(f"{release} missing (scripts/sglang_release.sh {version})")
         pytest.skip(f"no {release}")
     code = ("import sglang\nfrom verl_sglang_lora.runtime.resident.support import unsupported_reason\n"
-            "print(sglang.__version__); print(unsupported_reason('auto', 1)); print(unsupported_reason('auto', 2))")
+            "from verl_sglang_lora.sglang_contract.ipc_reducers import needs_priming\n"
+            "print(sglang.__version__); print(unsupported_reason('auto', 1)); print(unsupported_reason('auto', 2)); "
+            "print(needs_priming())")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(release), str(STUB), str(ROOT)])}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    got_version, one_rank, two_ranks = proc.stdout.strip().splitlines()[-3:]
+    got_version, one_rank, two_ranks, primes = proc.stdout.strip().splitlines()[-4:]
     assert got_version == version
     assert (one_rank == "None") if EXPECTED[version] is None else (EXPECTED[version] in one_rank)
     assert "scheduler ranks" in two_ranks  # TP x DP > 1: the client cannot place per-rank sources yet
+    assert primes == str(PRIMES[version])
 
 
 def test_resident_setting_on_refuses_where_it_cannot_run() -> None:

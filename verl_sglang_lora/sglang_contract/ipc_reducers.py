@@ -36,8 +36,20 @@ def empty_tensor_update(tp_size: int, cls: type | None = None) -> Any:
     return cls(**kwargs)
 
 
+def needs_priming() -> bool:
+    """False where the installed SGLang runs tensor updates only inside a weight-update session (0.5.23+): there an
+    update outside one is refused, and its adapter load applies the torch patch itself (docs/compatibility.md)."""
+    try:
+        io_struct("BeginWeightUpdateReqInput")
+    except ImportError:
+        return True
+    return False
+
+
 async def prime_scheduler_reducers(tokenizer_manager: Any, tp_size: int) -> None:
     """Send the empty update through the server's own tokenizer manager; a refusal is an error with its message."""
+    if not needs_priming():
+        return
     # every supported release's TokenizerManager.update_weights_from_tensor returns (success, message)
     success, message = await tokenizer_manager.update_weights_from_tensor(empty_tensor_update(tp_size), None)
     if not success:
