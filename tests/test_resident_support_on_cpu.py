@@ -1,5 +1,6 @@
-"""Whether the resident in-place path applies, per supported SGLang release, read from that release's own code
-(ServerArgs fields, request structs): the answer docs/compatibility.md gives, and the refusals of the setting."""
+"""Per supported SGLang release, read from that release's own code: whether the resident in-place path applies (the
+answer docs/compatibility.md gives), whether the server primes the scheduler after launch, and that the launch
+wrapper keeps the release's ServerArgs fields; plus the refusals of the resident setting."""
 
 from __future__ import annotations
 
@@ -31,15 +32,20 @@ def test_resident_support_per_release(version: str) -> None:
     code = ("import sglang\nfrom verl_sglang_lora.runtime.resident.support import unsupported_reason\n"
             "from verl_sglang_lora.sglang_contract.ipc_reducers import needs_priming\n"
             "print(sglang.__version__); print(unsupported_reason('auto', 1)); print(unsupported_reason('auto', 2)); "
-            "print(needs_priming())")
+            "print(needs_priming())\n"
+            "from sglang.srt.server_args import ServerArgs\nfrom verl_sglang_lora.verl_glue.server_args import wrap_server_args\n"
+            "w = wrap_server_args(ServerArgs, {'enable_lora': True, 'custom_weight_loader': ['x']})\n"
+            "print(sorted(getattr(w, '__dataclass_fields__', None) or getattr(w, '__struct_fields__', ())) == "
+            "sorted(getattr(ServerArgs, '__dataclass_fields__', None) or getattr(ServerArgs, '__struct_fields__', ())))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(release), str(STUB), str(ROOT)])}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    got_version, one_rank, two_ranks, primes = proc.stdout.strip().splitlines()[-4:]
+    got_version, one_rank, two_ranks, primes, wrapped_fields = proc.stdout.strip().splitlines()[-5:]
     assert got_version == version
     assert (one_rank == "None") if EXPECTED[version] is None else (EXPECTED[version] in one_rank)
     assert "scheduler ranks" in two_ranks  # TP x DP > 1: the client cannot place per-rank sources yet
     assert primes == str(PRIMES[version])
+    assert wrapped_fields == "True"  # the launch wrapper keeps the release's ServerArgs fields (dataclass or msgspec)
 
 
 def test_resident_setting_on_refuses_where_it_cannot_run() -> None:

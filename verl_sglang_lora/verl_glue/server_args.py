@@ -51,7 +51,8 @@ def wrap_server_args(
 ) -> Callable[..., Any]:
     """A drop-in for ``ServerArgs`` (``dataclasses.fields()`` still works on it) that applies ``lora_args``
     (and, with ``from_checkpoint``, :func:`checkpoint_weights`)."""
-    declared = set(original.__dataclass_fields__)
+    # a dataclass up to SGLang 0.5.18, a msgspec struct from 0.5.23 on
+    declared = set(getattr(original, "__dataclass_fields__", None) or getattr(original, "__struct_fields__", ()))
 
     def make(**args: Any) -> Any:
         final = apply_lora_args(checkpoint_weights(args) if from_checkpoint else args, lora_args, declared)
@@ -61,6 +62,8 @@ def wrap_server_args(
         )
         return original(**final)
 
-    make.__dataclass_fields__ = original.__dataclass_fields__  # type: ignore[attr-defined]
+    for attr in ("__dataclass_fields__", "__struct_fields__"):  # what callers introspect stays visible
+        if hasattr(original, attr):
+            setattr(make, attr, getattr(original, attr))
     make.__wrapped__ = original  # type: ignore[attr-defined]
     return make
