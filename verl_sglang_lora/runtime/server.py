@@ -197,12 +197,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         if self.node_rank != 0 or not self.config.free_cache_engine:
             return []
         todo = self.memory.to_release(tags)
-        if todo:
-            try:
-                await self.tokenizer_manager.release_memory_occupation(io_struct("ReleaseMemoryOccupationReqInput")(tags=todo), None)
-            except BaseException:
-                self.memory.undo_release(todo)
-                raise
+        await self._occupation("release_memory_occupation", "ReleaseMemoryOccupationReqInput", todo,
+                               self.memory.undo_release)
         return todo
 
     async def resume_memory(self, tags: list[str] | None = None) -> list[str]:
@@ -210,15 +206,21 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         if self.node_rank != 0:
             return []
         todo = self.memory.to_resume(tags)
-        if todo:
-            try:
-                await self.tokenizer_manager.resume_memory_occupation(io_struct("ResumeMemoryOccupationReqInput")(tags=todo), None)
-            except BaseException:
-                self.memory.undo_resume(todo)
-                raise
-            if KV_CACHE in todo:
-                await self._serve_newest_adapter()
+        await self._occupation("resume_memory_occupation", "ResumeMemoryOccupationReqInput", todo,
+                               self.memory.undo_resume)
+        if KV_CACHE in todo:
+            await self._serve_newest_adapter()
         return todo
+
+    async def _occupation(self, method: str, request: str, todo: list[str], undo: Any) -> None:
+        """Release or resume ``todo`` in SGLang; a failed call is undone in the ledger (SGLang did not do it)."""
+        if not todo:
+            return
+        try:
+            await getattr(self.tokenizer_manager, method)(io_struct(request)(tags=todo), None)
+        except BaseException:
+            undo(todo)
+            raise
 
     async def sleep(self) -> None:
         await self.release_memory(None)

@@ -3,9 +3,9 @@
 
 Adapter syncs take the plugin's path: names resolved against the served checkpoint, tensors gathered into one
 persistent flat device buffer, the load request built from the installed SGLang's struct, then one call to the
-server actor, which loads it under a versioned name, switches to it atomically and runs the canary. Base-weight syncs (first sync in adapter mode, merge mode, no
-LoRA) keep verl's bucketed ``update_weights_from_tensor`` path, with names resolved and tensors moved to the
-device first. Memory release/resume is delegated to the server's ledger.
+server actor, which loads it under a versioned name (or writes it in place into a resident slot), switches to it
+atomically and runs the canary. Base-weight syncs (first sync in adapter mode, merge mode, no LoRA) keep verl's
+bucketed ``update_weights_from_tensor`` path, with names resolved and tensors moved to the device first. Memory release/resume is delegated to the server's ledger.
 """
 
 from __future__ import annotations
@@ -127,9 +127,8 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             peft_config, rank=self.lora.rank, alpha=self.lora.alpha, modules=adapter.module_leaves()
         )
         t_collect = time.perf_counter()
-        tp = sglang_rank_count(self.config)
         inplace = self._resident is not None and self._resident_attached == self._collector.layouts_built
-        fields = {} if inplace else adapter_request_fields(config_dict, adapter, tp, self.settings.verify_checksums)
+        fields = {} if inplace else self._request_fields(config_dict, adapter)
         calls, resident = self._resident_calls(adapter, config_dict, version, inplace)
         t_request = time.perf_counter()
         snapshot_ms = await self._snapshot(version, adapter, config_dict, global_steps)
@@ -145,14 +144,14 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         push = AdapterPush(version, adapter.fingerprint, global_steps, fields, stats, canary, resident)
         result = await self.server_actor.sync_adapter.remote(push)
         if result["action"] == "need_fields":  # e.g. a restarted server holds no slots yet
-            push.request_fields = adapter_request_fields(config_dict, adapter, tp, self.settings.verify_checksums)
+            push.request_fields = self._request_fields(config_dict, adapter)
             result = await self.server_actor.sync_adapter.remote(push)
         failed = self._check_resident(result, calls)
         if failed:
             logger.error("sglang_lora: in-place adapter write failed its check (%s); loading version %d the "
                          "ordinary way and turning the resident path off", failed, version)
             push.resident, push.resident_failed = None, failed
-            push.request_fields = adapter_request_fields(config_dict, adapter, tp, self.settings.verify_checksums)
+            push.request_fields = self._request_fields(config_dict, adapter)
             result = await self.server_actor.sync_adapter.remote(push)
             self._resident = None
         logger.info("sglang_lora: adapter sync %s", result)
@@ -167,9 +166,12 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             return ({("write", slot): c for slot, c in writes.items()},
                     {"writes": {slot: c.blobs for slot, c in writes.items()}})
         attach = self._resident.attach(adapter.tensors, version)
-        slot_fields = adapter_request_fields(config, adapter, sglang_rank_count(self.config), self.settings.verify_checksums)
-        return ({(c.op, c.slot): c for c in attach},
-                {"attach": [(c.op, c.slot, c.blobs) for c in attach], "slot_fields": slot_fields})
+        return ({(c.op, c.slot): c for c in attach},  # slot1's load needs its own serialization of the tensors
+                {"attach": [(c.op, c.slot, c.blobs) for c in attach], "slot_fields": self._request_fields(config, adapter)})
+
+    def _request_fields(self, config: dict, adapter: FlatAdapter) -> dict:
+        """The installed SGLang's load-request fields for this adapter (one serialization per call)."""
+        return adapter_request_fields(config, adapter, sglang_rank_count(self.config), self.settings.verify_checksums)
 
     def _check_resident(self, result: dict, calls: dict) -> str | None:
         """The status the loader wrote for each op the server ran; None when all passed (or none ran)."""
