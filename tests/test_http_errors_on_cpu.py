@@ -102,10 +102,3 @@ def test_every_known_error_has_cause_and_fix(needle):
     hint = explain(f"Traceback ... {needle} ...")
     assert hint and hint.startswith("cause:") and "fix:" in hint
 
-
-def test_server_url_brackets_ipv6_hosts():
-    from verl_sglang_lora.sglang_contract.http_client import server_url
-
-    assert server_url("10.0.0.2", 30000) == "http://10.0.0.2:30000"
-    assert server_url("fd00::2", 30000) == "http://[fd00::2]:30000"
-    assert server_url("[fd00::2]", 30000) == "http://[fd00::2]:30000"

@@ -20,12 +20,6 @@ logger = logging.getLogger(__name__)
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 
-def server_url(host: str, port: int) -> str:
-    """``http://host:port`` for an address a server actor reports (IPv6 hosts bracketed)."""
-    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{host}:{port}"
-
-
 class SGLangHTTPClient:
     def __init__(self, base_url: str, *, timeout_s: float = 300.0, max_attempts: int = 3, backoff_s: float = 0.5):
         self.base_url = base_url.rstrip("/")
