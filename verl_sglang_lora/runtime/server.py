@@ -273,7 +273,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 await self._sglang_call("load_lora_adapter_from_tensors", request)
             except SGLangRequestError as exc:
                 if exc.status is None:  # no answer: SGLang may still finish this load after we gave up on it
-                    self._forget_uncertain(name)
+                    self._retire_uncertain(name)
                 raise
         t_load = time.perf_counter()
         await self._activate(name, push.version, push.fingerprint, push.canary)
@@ -339,7 +339,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             kwargs["disable_draft_model"] = True  # a speculative draft model has no LoRA slots
         await self._sglang_call("update_weights_from_tensor", cls(**kwargs))
 
-    def _forget_uncertain(self, name: str) -> None:
+    def _retire_uncertain(self, name: str) -> None:
         """A load that timed out may still land: its name is never reused (a retry of the version gets a revision
         name), and it is unloaded at the next activation if SGLang did register it."""
         self.adapters.unloading.add(name)
