@@ -27,6 +27,7 @@ from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
 from verl_sglang_lora.verl_glue.config_guards import check_config, overlay_applied, refuse_raw_video
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import KV_CACHE, MemoryTagLedger
+from verl_sglang_lora.runtime.fault_injection import before_unload  # test-only hook, inert unless its env var is set
 from verl_sglang_lora.runtime.recovery import RestartRecovery, ray_restart_options
 from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
@@ -439,6 +440,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         failed: list[str] = []
         for name in dict.fromkeys(names):
             try:
+                await before_unload(name)  # TEST-ONLY hook (runtime/fault_injection.py); no-op unless enabled
                 await self._sglang_call("unload_lora_adapter", io_struct("UnloadLoRAAdapterReqInput")(lora_name=name))
             except SGLangRequestError as exc:
                 failed.append(name)
