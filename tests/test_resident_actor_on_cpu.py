@@ -35,19 +35,19 @@ def push(version, resident, failed=None, fields=True):
     f = adapter_request_fields(config, adapter, 1) if fields else {}
     calls, payload = {}, None
     if resident == "attach":
-        attach = requests.attach(adapter.tensors, version)
+        attach = requests.attach(adapter.tensors, version, adapter.flat)
         calls = {(c.op, c.slot): c for c in attach}
         payload = {"attach": [(c.op, c.slot, c.blobs) for c in attach],
                    "slot_fields": adapter_request_fields(config, adapter, 1)}
     elif resident == "write":
-        writes = requests.writes(version)
+        writes = requests.writes(version, adapter.flat)
         calls = {("write", s): c for s, c in writes.items()}
         payload = {"writes": {s: c.blobs for s, c in writes.items()}}
     result = ray.get(srv.sync_adapter.remote(AdapterPush(version, adapter.fingerprint, version, f, SyncStats(version=version),
                                                          None, payload, failed)))
     ran = [calls[tuple(x)] for x in (result.get("resident") or {}).get("ran", [])]
     return {"action": result["action"], "name": result.get("name"), "ran": [list(x) for x in result["resident"]["ran"]],
-            "check": check_results(ran) if ran else None, "results": [c.result() for c in ran],
+            "check": check_results(ran, config["lora_alpha"] / config["r"]) if ran else None, "results": [c.result() for c in ran],
             "inplace": (result.get("stats") or {}).get("inplace"), "resident": result["resident"]}
 
 out["v1"] = push(1, "attach")
@@ -75,6 +75,9 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     # later syncs: the idle slot written in place, checksums equal, the served name flips
     assert (v2["action"], v2["name"], v2["ran"]) == ("inplace", "verl_lora_slot1", [["write", "verl_lora_slot1"]])
     assert v2["check"] is None and v2["results"][0]["src_checksum"] == v2["results"][0]["dst_checksum"]
+    # verified against the trainer's own checksum of its flat buffer (read back through the mirror), at its scaling
+    assert v2["results"][0]["verified_by"] == 2 and v1["results"][1]["verified_by"] == 2
+    assert v2["results"][0]["scaling"] == pytest.approx(16 / 8) and v2["results"][0]["lora_r"] == 8
     assert v2["results"][0]["copies"] > 0 and v2["inplace"] == 1
     assert (v3["name"], v3["ran"]) == ("verl_lora_slot0", [["write", "verl_lora_slot0"]]) and v3["check"] is None
     # a failed client check: the version is loaded the ordinary way, the path is off, the slots are dropped

@@ -114,6 +114,15 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
     assert write["ok"] and write["version"] == 2 and write["seq"] == 8 and write["copies"] == 28
     assert write["src_checksum"] == write["dst_checksum"] != attach["dst_checksum"]
     assert compare["ok"] and compare["mismatches"] == 0 and c["compare_message"] == "slots are byte-identical"
+    # TP 1 reads the slot back through the mirror and matches the trainer's own checksum of its flat buffer; a TP
+    # rank that uses a slice of the adapter cannot, and is verified source view against slot, pair by pair
+    stale = c["stale_sum_status"]
+    if tp == 1:
+        assert attach["verified_by"] == write["verified_by"] == 2
+        assert not stale["ok"] and stale["error"] == 12
+    else:
+        assert attach["verified_by"] == write["verified_by"] == 1 and stale["ok"]
+    assert write["scaling"] == 2.0 and write["lora_r"] == rank  # selfcheck's alpha is 2r
     assert not c["unknown_slot_status"]["ok"] and c["unknown_slot_status"]["error"] == 4
     assert c["unpinned_status"]["error"] == 10 and "not pinned" in c["unpinned_message"]
 

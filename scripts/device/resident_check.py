@@ -65,6 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="JSON result path")
     p.add_argument("--keep-dir", action="store_true", help="keep the adapter directory and server log")
     p.add_argument("--server-arg", action="append", default=[], help="extra launch_server argument (repeatable)")
+    p.add_argument("--transport", choices=("http", "engine"), default="http",
+                   help="http: a launch_server subprocess; engine: an in-process sglang.Engine, requests straight to "
+                        "its tokenizer manager (the plugin's server-actor path)")
+    p.add_argument("--cuda-graph", action="store_true", help="keep CUDA graphs on (decode replays the slot)")
+    p.add_argument("--decode-tokens", type=int, default=8, help="greedy tokens compared slot vs normal load")
+    p.add_argument("--penalty-iters", type=int, default=10, help="writes followed by a timed 1-token request")
     return p.parse_args(argv)
 
 
@@ -109,17 +115,18 @@ def save_peft(path: Path, tensors: dict, rank: int, alpha: int) -> str:
 
 
 class FlatAdapter:
-    """One persistent CUDA buffer holding every adapter tensor as a contiguous view (the trainer's side)."""
+    """One persistent CUDA byte buffer holding every adapter tensor as a view (the sync client's layout)."""
 
     def __init__(self, tensors: dict, device: str = "cuda:0") -> None:
         import torch
 
         names = sorted(tensors)
-        sizes = [tensors[n].numel() for n in names]
-        self.flat = torch.empty(sum(sizes), dtype=torch.bfloat16, device=device)
+        sizes = [tensors[n].numel() * tensors[n].element_size() for n in names]
+        self.flat = torch.zeros(sum(sizes), dtype=torch.uint8, device=device)
         self.views, offset = {}, 0
         for name, size in zip(names, sizes):
-            self.views[name] = self.flat[offset:offset + size].view(tensors[name].shape)
+            t = tensors[name]
+            self.views[name] = self.flat[offset:offset + size].view(t.dtype).view(t.shape)
             offset += size
         self.load(tensors)
 
@@ -160,7 +167,7 @@ class Server:
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", args.model, "--host", "127.0.0.1",
                "--port", str(self.port), "--tp", str(args.tp), "--enable-lora", "--max-lora-rank", str(max_rank),
                "--lora-target-modules", "all", "--max-loras-per-batch", "3", "--custom-weight-loader", LOADER,
-               "--disable-cuda-graph", "--mem-fraction-static", str(args.mem_fraction), "--log-level", "warning",
+               *([] if args.cuda_graph else ["--disable-cuda-graph"]), "--mem-fraction-static", str(args.mem_fraction), "--log-level", "warning",
                # checkpoints written by tools.benchmarks carry no tokenizer: prompts go as token ids
                "--skip-tokenizer-init", "--skip-server-warmup", *args.server_arg]
         env = dict(os.environ)
@@ -215,10 +222,11 @@ class Resident:
         self.status = [P.new_status(f"cuda:{r}") for r in range(tp)]
         self.message = [P.new_message(8192, f"cuda:{r}") for r in range(tp)]
         self.seq = 0
+        self.as_text = isinstance(server, Server)  # JSON carries text; the in-process call takes bytes, as the plugin's
         self.session = session == "on" or (session == "auto" and server.post("/end_weight_update", {})[0] != 404)
         torch.cuda.synchronize()
 
-    def call(self, op: str, adapters: list[dict] | None = None,
+    def call(self, op: str, adapters: list[dict] | None = None, flats: list | None = None,
              **fields: Any) -> tuple[float, list[dict], list[str], Any]:
         """One request (``adapters[r]``: rank r's tensors, or None); returns (end-to-end ms, per-rank status
         dicts, per-rank messages, HTTP reply)."""
@@ -229,8 +237,8 @@ class Resident:
             s.zero_()
         torch.cuda.synchronize()
         blobs = [self.ser.serialize(self.P.request_tensors(op, self.status[r], adapters[r] if adapters else None,
-                                                           self.message[r],
-                                                           seq=self.seq, **fields), output_str=True)
+                                                           self.message[r], flats[r] if flats else None,
+                                                           seq=self.seq, **fields), output_str=self.as_text)
                  for r in range(self.tp)]
         body = {"serialized_named_tensors": blobs, "load_format": LOADER, "flush_cache": False,
                 "disable_draft_model": True}
@@ -254,9 +262,11 @@ def stats(values: list[float]) -> dict:
             "max": v[-1], "mean": statistics.fmean(v)}
 
 
-def generate(server: Server, prompt: str, lora: str | None) -> dict:
+def generate(server: Any, prompt: str, lora: str | None, new_tokens: int = 1) -> dict:
+    """Greedy; with ``new_tokens`` > 1 the decode steps (CUDA-graph replays when graphs are on) are compared too."""
     ids = [(17 * i + 3) % 1000 + 10 for i in range(len(prompt))]  # fixed token ids (no tokenizer needed)
-    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}, "return_logprob": True,
+    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0.0},
+            "return_logprob": True,
             "logprob_start_len": 0}
     if lora is not None:
         body["lora_path"] = lora
@@ -283,7 +293,7 @@ def run(args: argparse.Namespace) -> dict:
     paths = {name: save_peft(workdir / name, adapters[name], rank, alpha) for name in ("slot0", "slot1", "next")}
     result["adapter"] = {"tensors": len(adapters["next"]), "MiB": sum(t.numel() * 2 for t in adapters["next"].values())
                          / 2**20, "rank": rank, "pool_rank": args.max_lora_rank or rank}
-    server = Server(args, workdir)
+    server = EngineServer(args, workdir) if args.transport == "engine" else Server(args, workdir)
     try:
         import sglang
 
@@ -299,28 +309,62 @@ def run(args: argparse.Namespace) -> dict:
         flats = [FlatAdapter(adapters["next"], f"cuda:{r}") for r in range(args.tp)]  # one per rank's GPU
         torch.cuda.synchronize()
 
-        ms, status, msgs, _ = client.call("attach", [f.views for f in flats], slot=SLOTS[1], version=1, write=1)
+        from verl_sglang_lora.runtime.resident.mirror import flat_checksum
+
+        def sums(r: int = 0) -> dict:
+            s0, s1 = flat_checksum(flats[r].flat)
+            return {"sum0": s0, "sum1": s1}
+
+        ms, status, msgs, _ = client.call("attach", [f.views for f in flats], [f.flat for f in flats], slot=SLOTS[1],
+                                          version=1, write=1, **(sums() if args.tp == 1 else {}))
         result["checks"]["attach"] = {"ok": all(s["ok"] for s in status), "status": status, "message": msgs}
         if not result["checks"]["attach"]["ok"]:
             raise RuntimeError(f"attach failed: {msgs}")
 
         versions = [adapters["after"], adapters["next"]]
-        for label, checksum in (("write+checksum", 1), ("write", 0)):
-            e2e, copy, total = [], [], []
+        for label, checksum in (("write+verify", 1), ("write", 0)):
+            e2e, copy, total, verify, client_sum, by = [], [], [], [], [], set()
             for i in range(args.warmup + args.iters):
                 for flat in flats:  # the trainer writes the next version into its buffer
                     flat.load(versions[i % 2])
                 for r in range(args.tp):
                     torch.cuda.synchronize(r)
-                ms, status, msgs, _ = client.call("write", slot=SLOTS[1], version=100 + i, checksum=checksum)
+                t0 = time.perf_counter()
+                fields = sums() if checksum and args.tp == 1 else {}  # the sync client's cost, counted in e2e
+                t_sum = (time.perf_counter() - t0) * 1e3
+                ms, status, msgs, _ = client.call("write", slot=SLOTS[1], version=100 + i, checksum=checksum, **fields)
                 if not all(s["ok"] for s in status):
                     raise RuntimeError(f"{label} {i}: {msgs}")
                 if i >= args.warmup:
-                    e2e.append(ms)
+                    e2e.append(ms + t_sum)
+                    client_sum.append(t_sum)
                     copy.append(max(s["copy_ns"] for s in status) / 1e6)
                     total.append(max(s["total_ns"] for s in status) / 1e6)
+                    verify.append(max(s["verify_ns"] for s in status) / 1e6)
+                    by.update(s["verified_by"] for s in status)
             result["timings"][label] = {"end_to_end_ms": stats(e2e), "server_copy_ms": stats(copy),
-                                        "loader_total_ms": stats(total)}
+                                        "server_verify_ms": stats(verify), "client_checksum_ms": stats(client_sum),
+                                        "loader_total_ms": stats(total), "verified_by": sorted(by)}
+
+        # first-batch penalty: a 1-token request right after a write vs the same request in steady state
+        steady, after = [], []
+        for i in range(args.warmup + args.penalty_iters):
+            t0 = time.perf_counter()
+            generate(server, "steady state", SLOTS[1])
+            if i >= args.warmup:
+                steady.append((time.perf_counter() - t0) * 1e3)
+        for i in range(args.penalty_iters):
+            for flat in flats:
+                flat.load(versions[i % 2])
+            for r in range(args.tp):
+                torch.cuda.synchronize(r)
+            client.call("write", slot=SLOTS[1], version=200 + i, checksum=1, **(sums() if args.tp == 1 else {}))
+            t0 = time.perf_counter()
+            generate(server, "steady state", SLOTS[1])
+            after.append((time.perf_counter() - t0) * 1e3)
+        result["timings"]["first_request_after_write"] = {"end_to_end_ms": stats(after)}
+        result["timings"]["request_steady_state"] = {"end_to_end_ms": stats(steady)}
+        result["first_batch_penalty_ms"] = statistics.median(after) - statistics.median(steady)
 
         # floor: the same bytes copied D2D in this process
         dst = torch.empty_like(flats[0].flat)
@@ -333,6 +377,16 @@ def run(args: argparse.Namespace) -> dict:
             if i >= args.warmup:
                 floor.append((time.perf_counter() - t0) * 1e3)
         result["timings"]["d2d_floor"] = {"end_to_end_ms": stats(floor)}
+        host = torch.empty(flats[0].flat.numel(), dtype=torch.uint8, pin_memory=True)
+        h2d = []
+        for i in range(args.warmup + args.iters):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            dst.copy_(host, non_blocking=True)
+            torch.cuda.synchronize()
+            if i >= args.warmup:
+                h2d.append((time.perf_counter() - t0) * 1e3)
+        result["timings"]["pinned_h2d_floor"] = {"end_to_end_ms": stats(h2d)}
 
         # SGLang's normal path, for scale: load from disk + first use + unload (fewer iterations)
         normal = []
@@ -361,9 +415,9 @@ def run(args: argparse.Namespace) -> dict:
 
         # served logprobs: slot 1 vs the normally loaded adapter vs the base model
         server.post("/flush_cache", {})
-        slot_lp = prompt_logprobs(generate(server, args.prompt, SLOTS[1]))
-        ref_lp = prompt_logprobs(generate(server, args.prompt, REF))
-        base_lp = prompt_logprobs(generate(server, args.prompt, None))
+        slot_lp = prompt_logprobs(generate(server, args.prompt, SLOTS[1], args.decode_tokens))
+        ref_lp = prompt_logprobs(generate(server, args.prompt, REF, args.decode_tokens))
+        base_lp = prompt_logprobs(generate(server, args.prompt, None, args.decode_tokens))
         diff = max((abs(a - b) for a, b in zip(slot_lp, ref_lp)), default=float("nan"))
         base_diff = max((abs(a - b) for a, b in zip(slot_lp, base_lp)), default=float("nan"))
         result["checks"]["logprobs"] = {"ok": len(slot_lp) == len(ref_lp) and diff == 0.0 and base_diff > 0,
@@ -382,19 +436,77 @@ def run(args: argparse.Namespace) -> dict:
 
 def print_table(result: dict) -> None:
     print(f"\nSGLang {result.get('sglang_version', '?')}  adapter {result.get('adapter')}  "
-          f"session={result.get('session')}")
-    print(f"{'row':<30}{'p50 ms':>10}{'p95 ms':>10}{'max ms':>10}{'server copy p50':>18}")
+          f"session={result.get('session')} transport={result.get('args', {}).get('transport')}")
+    cols = ("server_copy_ms", "server_verify_ms", "client_checksum_ms", "loader_total_ms")
+    print(f"{'row':<28}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}" + "".join(f"{c[:-3] + ' p50':>22}" for c in cols))
     for label, t in result.get("timings", {}).items():
         e = t["end_to_end_ms"]
-        copy = t.get("server_copy_ms", {}).get("p50")
-        print(f"{label:<30}{e['p50']:>10.3f}{e['p95']:>10.3f}{e['max']:>10.3f}"
-              f"{(f'{copy:.3f}' if copy is not None else '-'):>18}")
+        extra = "".join(f"{(format(t[c]['p50'], '.3f') if c in t else '-'):>22}" for c in cols)
+        print(f"{label:<28}{e['p50']:>9.3f}{e['p95']:>9.3f}{e['max']:>9.3f}{extra}")
+    if "first_batch_penalty_ms" in result:
+        print(f"first-batch penalty (1-token request after a write minus steady state, p50): "
+              f"{result['first_batch_penalty_ms']:.3f} ms")
     for name, check in result.get("checks", {}).items():
         detail = {k: v for k, v in check.items() if k not in ("ok", "status", "message")}
         print(f"check {name:<12} {'PASS' if check.get('ok') else 'FAIL'}  {detail}")
     if "error" in result:
         print("ERROR:", result["error"])
     print("RESULT:", "PASS" if result.get("ok") else "FAIL")
+
+
+class EngineServer:
+    """The same requests through an in-process ``sglang.Engine``: the tokenizer manager is called directly, as the
+    plugin's server actor does (no HTTP); the scheduler is a subprocess, so CUDA IPC is exercised the same way."""
+
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        import sglang
+
+        kwargs: dict[str, Any] = dict(
+            model_path=args.model, tp_size=args.tp, enable_lora=True, max_lora_rank=args.max_lora_rank or args.rank,
+            lora_target_modules=["all"], max_loras_per_batch=3, custom_weight_loader=[LOADER],
+            disable_cuda_graph=not args.cuda_graph, mem_fraction_static=args.mem_fraction, log_level="warning",
+            skip_tokenizer_init=True, skip_server_warmup=True)
+        extra = list(args.server_arg)
+        for flag, value in zip(extra[::2], extra[1::2]):
+            kwargs[flag.lstrip("-").replace("-", "_")] = int(value) if value.isdigit() else value
+        os.environ["SGLANG_GRPC_PORT"] = str(free_port())
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        self.engine = sglang.Engine(**kwargs)
+        self.log_path = workdir / "server.log"
+
+    def tail(self, n: int = 40) -> str:
+        return "(in-process engine: see this process's output)"
+
+    def _run(self, coro: Any) -> Any:
+        return self.engine.loop.run_until_complete(coro)
+
+    def post(self, path: str, body: Any) -> tuple[int, Any]:
+        from sglang.srt.managers import io_struct
+
+        e, tm = self.engine, self.engine.tokenizer_manager
+        if path == "/load_lora_adapter":
+            out = e.load_lora_adapter(body["lora_name"], body["lora_path"], bool(body.get("pinned", False)))
+            return (200 if out.success else 400), {"success": out.success, "error_message": out.error_message}
+        if path == "/unload_lora_adapter":
+            out = e.unload_lora_adapter(body["lora_name"])
+            return (200 if out.success else 400), {"success": out.success, "error_message": out.error_message}
+        if path == "/generate":
+            kw = {k: body[k] for k in ("input_ids", "sampling_params", "return_logprob", "logprob_start_len")
+                  if k in body}
+            return 200, e.generate(lora_path=body.get("lora_path"), **kw)
+        if path == "/flush_cache":
+            e.flush_cache()
+            return 200, {}
+        if path == "/update_weights_from_tensor":
+            cls = io_struct.UpdateWeightsFromTensorReqInput
+            fields = getattr(cls, "__dataclass_fields__", {}) or {}
+            obj = cls(**{k: v for k, v in body.items() if not fields or k in fields})
+            ok, message = self._run(tm.update_weights_from_tensor(obj, None))[:2]
+            return (200 if ok else 400), {"success": ok, "message": message}
+        return 404, {"error": f"{path} is not mapped for the in-process engine"}
+
+    def stop(self) -> None:
+        self.engine.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:

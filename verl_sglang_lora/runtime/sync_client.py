@@ -55,6 +55,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config))
         self._resident = ResidentRequests(current_device()) if on and current_device() is not None else None
         self._resident_attached = -1  # the collector layout the server's slots are attached to (-1: none)
+        self._served_scaling: float | None = None  # the trainer's lora_alpha / r as SGLang must apply it
         if self.lora.as_adapter and self.settings.device_collect:
             install_device_collect()
         self._internal_version = -1
@@ -130,12 +131,13 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         inplace = self._resident is not None and self._resident_attached == self._collector.layouts_built
         fields = {} if inplace else self._request_fields(config_dict, adapter)
         calls, resident = self._resident_calls(adapter, config_dict, version, inplace)
+        self._served_scaling = float(config_dict["lora_alpha"]) / float(config_dict["r"])
         t_request = time.perf_counter()
         snapshot_ms = await self._snapshot(version, adapter, config_dict, global_steps)
         canary = None
         if self.settings.canary:
-            scaling = float(config_dict["lora_alpha"]) / float(config_dict["r"])
-            canary = CanaryExpectation.of(adapter.tensors, scaling, self.settings.canary_min_delta).to_dict()
+            canary = CanaryExpectation.of(adapter.tensors, self._served_scaling,
+                                          self.settings.canary_min_delta).to_dict()
         stats = SyncStats(
             version=version, tensors=len(adapter.entries), bytes=adapter.nbytes,
             collect_ms=round((t_collect - t0) * 1e3, 2), request_ms=round((t_request - t_collect) * 1e3, 2),
@@ -162,10 +164,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         if self._resident is None:
             return {}, None
         if inplace:
-            writes = self._resident.writes(version)
+            writes = self._resident.writes(version, adapter.flat)
             return ({("write", slot): c for slot, c in writes.items()},
                     {"writes": {slot: c.blobs for slot, c in writes.items()}})
-        attach = self._resident.attach(adapter.tensors, version)
+        attach = self._resident.attach(adapter.tensors, version, adapter.flat)
         return ({(c.op, c.slot): c for c in attach},  # slot1's load needs its own serialization of the tensors
                 {"attach": [(c.op, c.slot, c.blobs) for c in attach], "slot_fields": self._request_fields(config, adapter)})
 
@@ -183,7 +185,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             self._resident = None
         ran = [calls[tuple(op_slot)] for op_slot in state.get("ran", [])]
         self._resident_attached = self._collector.layouts_built if state.get("attached") else -1
-        return check_results(ran) if ran else None
+        return check_results(ran, self._served_scaling) if ran else None
 
     async def _snapshot(self, version: int, adapter: FlatAdapter, config: dict, global_steps: int | None) -> float:
         """Keep the adapter where a restarted server finds it (only with server_max_restarts > 0)."""

@@ -12,8 +12,10 @@ Ops (``op=`` in the header name):
   attach   slot=<lora_name> [version=N] [write=1] + adapter tensors: trace SGLang's layout for this rank, bind
            it to these tensors (kept referenced: send persistent buffers, e.g. CUDA IPC views of the trainer's
            flat buffer) and optionally write them.
-  write    slot=<lora_name> version=N [checksum=0]: copy the attached sources into the slot; adapter tensors in
-           the same request are used instead (bound with the attached or a freshly traced layout).
+  write    slot=<lora_name> version=N [checksum=0] [sum0=.. sum1=..]: copy the attached sources into the slot;
+           adapter tensors in the same request are used instead (bound with the attached or a freshly traced
+           layout). With the trainer's checksum of its flat buffer (sum0/sum1) and a mirror built at attach, the
+           slot is read back into the buffer's layout and must checksum to exactly that (``mirror``).
   compare  slot=<lora_name> ref=<lora_name>: byte-compare two resident slots (e.g. against an adapter that
            SGLang loaded the normal way); the mismatch list goes to the message tensor.
   checksum slot=<lora_name>: checksum of the slot over the attached plan.
@@ -33,6 +35,7 @@ from . import protocol as P
 from .access import (ResidentError, buffer_id, ensure_resident, find_lora_manager, is_pinned,
                      notify_slots_updated, resolve_uid)
 from .execute import pair_checksums, run_copies, slot_checksum
+from .mirror import Mirror, flat_checksum
 from .plan import CopyPair, SlotLayout, bind
 from .trace import trace_layout
 from .verify import compare_slots
@@ -49,9 +52,14 @@ class SlotState:
     layout: SlotLayout
     pairs: list[CopyPair]
     version: int = -1
+    mirror: Optional[Mirror] = None
+    flat: Optional[torch.Tensor] = None  # the trainer's flat buffer (CUDA-IPC view), kept referenced
 
 
 _SLOTS: dict[tuple[int, str], SlotState] = {}
+# The last status/message tensors per (op, slot): holding them keeps torch's CUDA-IPC handle cache warm, so the
+# next request's identical handles are not opened again (an IPC open costs more than the whole copy).
+_KEEP: dict[tuple[str, str], tuple] = {}
 
 
 def _sync(pairs: list[CopyPair]) -> None:
@@ -73,17 +81,57 @@ def _layout_for(manager: Any, uid: str, tensors: dict, known: Optional[SlotLayou
     return layout
 
 
-def _copy(pairs: list[CopyPair], checksum: bool) -> dict[int, int]:
+def _trainer_sum(req: P.Request) -> Optional[tuple[int, int]]:
+    s0, s1 = req.get("sum0"), req.get("sum1")
+    return (int(s0), int(s1)) if s0 is not None and s1 is not None else None
+
+
+def _copy(pairs: list[CopyPair], checksum: bool, state: Optional[SlotState] = None,
+          trainer_sum: Optional[tuple[int, int]] = None) -> dict[int, int]:
+    """Run the copies; with ``checksum``, verify the slot: against the trainer's own checksum through the mirror
+    when there is one (two fused kernels and a reduction), else source vs slot pair by pair."""
     t0 = time.perf_counter_ns()
     n = run_copies(pairs)
     _sync(pairs)
-    out = {P.N_COPIES: n, P.COPY_NS: time.perf_counter_ns() - t0}
-    if checksum:
-        (s0, s1), (d0, d1) = pair_checksums(pairs)
-        out.update({P.SRC0: s0, P.SRC1: s1, P.DST0: d0, P.DST1: d1})
-        if (s0, s1) != (d0, d1):
-            raise ResidentError(12, f"slot checksum {(d0, d1)} != source checksum {(s0, s1)}")
+    t1 = time.perf_counter_ns()
+    out = {P.N_COPIES: n, P.COPY_NS: t1 - t0}
+    if not checksum:
+        return out
+    mirror = state.mirror if state is not None and pairs is state.pairs else None
+    if mirror is not None:
+        src = trainer_sum if trainer_sum is not None else flat_checksum(state.flat)
+        dst = mirror.checksum()
+        by = P.BY_TRAINER_SUM if trainer_sum is not None else P.BY_SOURCE
+    else:
+        src, dst = pair_checksums(pairs)
+        by = P.BY_SOURCE
+    out.update({P.SRC0: src[0], P.SRC1: src[1], P.DST0: dst[0], P.DST1: dst[1], P.VERIFIED_BY: by,
+                P.VERIFY_NS: time.perf_counter_ns() - t1})
+    if src != dst:
+        whose = "the trainer's checksum" if by == P.BY_TRAINER_SUM else "source checksum"
+        raise ResidentError(12, f"slot checksum {dst} != {whose} {src}")
     return out
+
+
+def _adapter_facts(manager: Any, uid: str) -> dict[int, int]:
+    """The scaling and rank SGLang applies for this slot (``LoRAAdapter.scaling``, ``config.r``), for the client's
+    comparison with the trainer's scaling; absent fields stay 0 (unknown)."""
+    adapter = getattr(manager, "loras", {}).get(uid)
+    scaling = getattr(adapter, "scaling", None)
+    rank = getattr(getattr(adapter, "config", None), "r", None)
+    if scaling is None or not rank:
+        return {}
+    return {P.SCALING_BITS: P.float_to_bits(scaling), P.LORA_R: int(rank)}
+
+
+def _build_mirror(req: P.Request, pairs: list[CopyPair], uid: str) -> Optional[Mirror]:
+    if req.flat is None:
+        return None
+    mirror, reason = Mirror.build(req.flat, pairs, sum(t.numel() for t in req.tensors.values()))
+    if mirror is None:
+        logger.warning("verl resident loader: slot %s is verified pair by pair, not against the trainer's "
+                       "checksum: %s", uid, reason)
+    return mirror
 
 
 def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
@@ -102,7 +150,8 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
     uid, slot = _slot(manager, req)
     key = (id(manager), uid)
     state = _SLOTS.get(key)
-    fields: dict[int, int] = {P.BUFFER_ID: slot, P.VERSION: req.int("version", state.version if state else -1)}
+    fields: dict[int, int] = {P.BUFFER_ID: slot, P.VERSION: req.int("version", state.version if state else -1),
+                              **_adapter_facts(manager, uid)}
     if req.op == "detach":
         _SLOTS.pop(key, None)
         return fields, "detached"
@@ -120,17 +169,19 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
         if not req.tensors:
             raise ResidentError(1, "op=attach carries the adapter tensors")
         layout = _layout_for(manager, uid, req.tensors, state.layout if state else None)
-        state = SlotState(uid, slot, layout, bind(layout, manager.memory_pool, slot, req.tensors), fields[P.VERSION])
+        pairs = bind(layout, manager.memory_pool, slot, req.tensors)
+        state = SlotState(uid, slot, layout, pairs, fields[P.VERSION], _build_mirror(req, pairs, uid), req.flat)
         _SLOTS[key] = state
         if req.get("write") == "1":
-            fields.update(_copy(state.pairs, req.get("checksum", "1") == "1"))
+            fields.update(_copy(state.pairs, req.get("checksum", "1") == "1", state, _trainer_sum(req)))
             notify_slots_updated(manager, {slot})
         return fields, f"attached {len(state.pairs)} copies ({state.layout.copied_elements} elements)"
     if req.op == "checksum":
         if state is None:
             raise ResidentError(11, "op=checksum needs an attached slot")
-        d0, d1 = slot_checksum(state.pairs)
-        fields.update({P.DST0: d0, P.DST1: d1, P.N_COPIES: len(state.pairs)})
+        d0, d1 = state.mirror.checksum() if state.mirror is not None else slot_checksum(state.pairs)
+        fields.update({P.DST0: d0, P.DST1: d1, P.N_COPIES: len(state.pairs),
+                       P.VERIFIED_BY: P.BY_TRAINER_SUM if state.mirror is not None else P.BY_SOURCE})
         return fields, "checksum"
     # write
     if req.tensors:
@@ -140,7 +191,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
         pairs = state.pairs
     else:
         raise ResidentError(11, "op=write without adapter tensors needs an attached slot")
-    fields.update(_copy(pairs, req.get("checksum", "1") == "1"))
+    fields.update(_copy(pairs, req.get("checksum", "1") == "1", state, _trainer_sum(req)))
     notify_slots_updated(manager, {slot})
     if state is not None:
         state.version = fields[P.VERSION]
@@ -156,6 +207,7 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
     except Exception as exc:  # noqa: BLE001 - nothing to report into without a header
         logger.error("verl resident loader: unusable request (%s: %s)", type(exc).__name__, exc)
         return
+    _KEEP[(req.op, req.get("slot") or "")] = (req.status, req.message)
     seq = req.int("seq", 0) if (req.get("seq") or "").lstrip("-").isdigit() else 0
     try:
         fields, message = handle(model, req)

@@ -13,12 +13,16 @@ the scheduler's request loop). So:
   logs, but the caller cannot read the status. One status tensor per TP rank (per-rank payload list);
 * an optional uint8 tensor named ``verl_resident.v1|message`` receives a NUL-terminated UTF-8 message
   (error text, or the mismatch list of ``op=compare``);
+* an optional uint8 tensor named ``verl_resident.v1|flat`` (``attach``): the trainer's whole flat adapter buffer,
+  of which the adapter tensors are views; the loader builds its read-back mirror from it (``mirror``), and a
+  ``write`` whose header carries the trainer's checksum of that buffer (``sum0``/``sum1``) is verified against it;
 * all other tensors are adapter weights under their PEFT names
   (``base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight``), unsliced, in any order.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
@@ -26,13 +30,16 @@ import torch
 
 PREFIX = "verl_resident.v1"
 MESSAGE_NAME = f"{PREFIX}|message"
+FLAT_NAME = f"{PREFIX}|flat"
 MAGIC = 0x56534C52  # "VSLR"
-STATUS_LEN = 16
+STATUS_LEN = 24
 OPS = ("attach", "write", "compare", "checksum", "detach")
 
 # status slots
-MAGIC_I, STATE, ERROR, VERSION, BUFFER_ID, N_COPIES, SRC0, SRC1, DST0, DST1, MISMATCHES, COPY_NS, TOTAL_NS, SEQ = \
-    range(14)
+(MAGIC_I, STATE, ERROR, VERSION, BUFFER_ID, N_COPIES, SRC0, SRC1, DST0, DST1, MISMATCHES, COPY_NS, TOTAL_NS, SEQ,
+ VERIFY_NS, SCALING_BITS, LORA_R, VERIFIED_BY) = range(18)
+# VERIFIED_BY: what SRC is -- the source views as the scheduler sees them, or the checksum the trainer sent
+NOT_VERIFIED, BY_SOURCE, BY_TRAINER_SUM = 0, 1, 2
 PENDING, OK, FAILED = 0, 1, 2
 
 ERRORS = {
@@ -60,6 +67,7 @@ class Request:
     status: torch.Tensor
     message: Optional[torch.Tensor]
     tensors: dict[str, torch.Tensor]
+    flat: Optional[torch.Tensor] = None
 
     def get(self, key: str, default: Optional[str] = None) -> Optional[str]:
         return self.fields.get(key, default)
@@ -93,21 +101,26 @@ def new_message(size: int = 4096, device: Any = None) -> torch.Tensor:
 
 
 def request_tensors(op: str, status: torch.Tensor, adapter: Optional[dict] = None,
-                    message: Optional[torch.Tensor] = None, **fields: Any) -> list[tuple[str, torch.Tensor]]:
+                    message: Optional[torch.Tensor] = None, flat: Optional[torch.Tensor] = None,
+                    **fields: Any) -> list[tuple[str, torch.Tensor]]:
     """The named-tensor list a client sends (one TP rank's list)."""
     out = [(header_name(op, **fields), status)]
     if message is not None:
         out.append((MESSAGE_NAME, message))
+    if flat is not None:
+        out.append((FLAT_NAME, flat))
     out.extend(sorted((adapter or {}).items()))
     return out
 
 
 def parse(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Request:
     """Split a loader call into header fields, status/message tensors and adapter tensors."""
-    header, status, message, tensors = None, None, None, {}
+    header, status, message, flat, tensors = None, None, None, None, {}
     for name, tensor in named_tensors:
         if name == MESSAGE_NAME:
             message = tensor
+        elif name == FLAT_NAME:
+            flat = tensor
         elif name.startswith(PREFIX + "|"):
             if header is not None:
                 raise ValueError("two header tensors in one request")
@@ -122,7 +135,7 @@ def parse(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Request:
     op = fields.pop("op", "")
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}")
-    return Request(op, fields, status, message, tensors)
+    return Request(op, fields, status, message, tensors, flat)
 
 
 def write_status(status: torch.Tensor, values: dict[int, int]) -> None:
@@ -153,8 +166,19 @@ def read_status(status: torch.Tensor) -> dict[str, Any]:
         "error_text": ERRORS.get(v[ERROR], "") if v[ERROR] else "", "version": v[VERSION],
         "buffer_id": v[BUFFER_ID], "copies": v[N_COPIES], "src_checksum": (v[SRC0], v[SRC1]),
         "dst_checksum": (v[DST0], v[DST1]), "mismatches": v[MISMATCHES], "copy_ns": v[COPY_NS],
-        "total_ns": v[TOTAL_NS], "seq": v[SEQ],
+        "total_ns": v[TOTAL_NS], "seq": v[SEQ], "verify_ns": v[VERIFY_NS],
+        "scaling": bits_to_float(v[SCALING_BITS]) if v[LORA_R] else None, "lora_r": v[LORA_R],
+        "verified_by": v[VERIFIED_BY],
     }
+
+
+def float_to_bits(value: float) -> int:
+    """A float64 as the int64 with the same bits (the status row is int64)."""
+    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+
+
+def bits_to_float(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", int(bits)))[0]
 
 
 def read_message(message: torch.Tensor) -> str:

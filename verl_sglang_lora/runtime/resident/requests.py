@@ -11,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import math
+
 import torch
 
 from verl_sglang_lora.runtime.resident import protocol as P
+from verl_sglang_lora.runtime.resident.mirror import flat_checksum
 
 SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
 
@@ -42,7 +45,8 @@ class ResidentRequests:
         self.seq = 0
         self._status: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def call(self, op: str, slot: str, adapter: dict[str, torch.Tensor] | None = None, **fields: Any) -> LoaderCall:
+    def call(self, op: str, slot: str, adapter: dict[str, torch.Tensor] | None = None,
+             flat: torch.Tensor | None = None, **fields: Any) -> LoaderCall:
         from sglang.srt.utils import MultiprocessingSerializer
 
         self.seq += 1
@@ -50,27 +54,38 @@ class ResidentRequests:
             (op, slot), (P.new_status(self.device), P.new_message(4096, self.device)))  # kept alive across calls
         status.zero_()
         message.zero_()
-        named = P.request_tensors(op, status, adapter, message, slot=slot, seq=self.seq, **fields)
+        named = P.request_tensors(op, status, adapter, message, flat, slot=slot, seq=self.seq, **fields)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the sources and the zeroed status are visible
         return LoaderCall(op, slot, [MultiprocessingSerializer.serialize(named)], status, message)
 
-    def attach(self, adapter: dict[str, torch.Tensor], version: int) -> list[LoaderCall]:
-        """Both slots bound to the flat buffer's views; slot1 written by the plan, then compared byte for byte
-        with slot0, which SGLang loaded itself from the same tensors."""
-        return [self.call("attach", SLOTS[0], adapter, version=version, write=0),
-                self.call("attach", SLOTS[1], adapter, version=version, write=1),
+    def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor) -> list[LoaderCall]:
+        """Both slots bound to the flat buffer's views (``adapter``: views of ``flat``); slot1 written by the plan
+        and verified against the trainer's checksum, then compared byte for byte with slot0, which SGLang loaded
+        itself from the same tensors."""
+        s0, s1 = flat_checksum(flat)
+        return [self.call("attach", SLOTS[0], adapter, flat, version=version, write=0),
+                self.call("attach", SLOTS[1], adapter, flat, version=version, write=1, sum0=s0, sum1=s1),
                 self.call("compare", SLOTS[1], ref=SLOTS[0])]
 
-    def writes(self, version: int) -> dict[str, LoaderCall]:
-        """A checksummed in-place write for each slot; the server actor sends the one for its idle slot."""
-        return {slot: self.call("write", slot, version=version, checksum=1) for slot in SLOTS}
+    def writes(self, version: int, flat: torch.Tensor) -> dict[str, LoaderCall]:
+        """An in-place write for each slot, carrying the trainer's checksum of ``flat`` (the buffer the loader copies
+        from) for the loader to verify the slot against; the server actor sends the one for its idle slot."""
+        s0, s1 = flat_checksum(flat)
+        return {slot: self.call("write", slot, version=version, checksum=1, sum0=s0, sum1=s1) for slot in SLOTS}
 
 
-def check_results(calls: list[LoaderCall]) -> str | None:
-    """None when every call the server ran succeeded (checksums equal, no mismatch), else the reason."""
+def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str | None:
+    """None when every call the server ran succeeded (checksums equal, no mismatch, the slot served at
+    ``scaling``), else the reason."""
     for call in calls:
         r = call.result()
+        if call.op in ("attach", "write") and r["ok"] and scaling is not None:
+            if r["scaling"] is None:
+                return f"{call.op} {call.slot}: SGLang's scaling for the slot could not be read"
+            if not math.isclose(r["scaling"], scaling, rel_tol=1e-9):
+                return (f"{call.op} {call.slot}: SGLang serves the slot at scaling {r['scaling']:.6g} "
+                        f"(r={r['lora_r']}), the trainer's scaling is {scaling:.6g}")
         if not r["magic_ok"] or r["state"] == P.PENDING:
             return f"{call.op} {call.slot}: the loader never reported (status untouched)"
         if not r["ok"]:

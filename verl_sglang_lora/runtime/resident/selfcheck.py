@@ -183,6 +183,21 @@ def peft_adapter(rank: int, seed: int, dtype: torch.dtype = DTYPE, layers: int |
     return out
 
 
+def flat_copy(tensors: dict) -> tuple[torch.Tensor, dict]:
+    """``tensors`` copied into one zero-padded byte buffer (as the trainer's sync client keeps them), and views."""
+    offsets, size = {}, 0
+    for name, t in sorted(tensors.items()):
+        offsets[name] = size
+        size += -(-t.numel() * t.element_size() // 256) * 256
+    flat = torch.zeros(size, dtype=torch.uint8)
+    views = {}
+    for name, t in sorted(tensors.items()):
+        n = t.numel() * t.element_size()
+        views[name] = flat[offsets[name]: offsets[name] + n].view(t.dtype).view(t.shape)
+        views[name].copy_(t)
+    return flat, views
+
+
 def peft_config(rank: int) -> dict:
     return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 2 * rank,
             "target_modules": list(HF_TARGETS), "bias": "none", "lora_dropout": 0.0}
@@ -222,6 +237,7 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
     """Plan vs SGLang's load for one (TP size, TP rank, adapter rank); wrong plans; the loader end to end."""
     from . import protocol as P
     from .execute import pair_checksums, run_copies
+    from .mirror import flat_checksum
     from .loader import apply
     from .plan import bind
     from .trace import trace_layout
@@ -270,18 +286,24 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
         # the loader entry point, end to end, on the model SGLang would hand it
         reference_write(manager, slot_uid, old, slot)
         status, message = P.new_status(), P.new_message()
-        persistent = {k: v.clone() for k, v in new.items()}  # stands in for the trainer's flat buffer
-        apply(manager.base_model, P.request_tensors("attach", status, persistent, message, slot="verl_lora_slot0",
-                                                    version=1, write=1, seq=7))
+        flat, persistent = flat_copy(new)  # stands in for the trainer's flat buffer and its views
+        s0, s1 = flat_checksum(flat)
+        apply(manager.base_model, P.request_tensors("attach", status, persistent, message, flat, slot="verl_lora_slot0",
+                                                    version=1, write=1, seq=7, sum0=s0, sum1=s1))
         out["attach_status"] = P.read_status(status)
         out["attach_message"] = P.read_message(message)
         newer = peft_adapter(rank, seed=3)
         for k, v in newer.items():  # the trainer writes the next version in place
             persistent[k].copy_(v)
         reference_write(manager, ref_uid, newer, ref)
+        s0, s1 = flat_checksum(flat)
         apply(manager.base_model, P.request_tensors("write", status, None, message, slot="verl_lora_slot0",
-                                                    version=2, seq=8))
+                                                    version=2, seq=8, sum0=s0, sum1=s1))
         out["write_status"] = P.read_status(status)
+        # a trainer checksum the slot cannot match (e.g. the buffer changed after the checksum): error 12
+        apply(manager.base_model, P.request_tensors("write", status, None, message, slot="verl_lora_slot0",
+                                                    version=2, seq=9, sum0=s0 + 1, sum1=s1))
+        out["stale_sum_status"] = P.read_status(status)
         apply(manager.base_model, P.request_tensors("compare", status, None, message, slot="verl_lora_slot0",
                                                     ref="reference"))
         out["compare_status"] = P.read_status(status)

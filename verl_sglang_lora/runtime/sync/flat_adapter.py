@@ -117,7 +117,7 @@ class AdapterCollector:
         entries = plan_layout((n, tuple(t.shape), t.dtype) for n, t in sources.items())
         size = entries[-1].offset + entries[-1].nbytes
         device = self.device if self.device is not None else next(iter(sources.values())).device
-        flat = torch.empty(size, dtype=torch.uint8, device=device)
+        flat = torch.zeros(size, dtype=torch.uint8, device=device)  # padding stays zero: checksums cover the buffer
         for e in entries:
             view(flat, e).copy_(sources[e.name])
         if self.layouts_built:

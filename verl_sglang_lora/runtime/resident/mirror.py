@@ -1,0 +1,108 @@
+"""Verify an in-place write against the trainer's own checksum in two fused kernels and one reduction.
+
+The trainer's adapter lives in one flat byte buffer (``runtime/sync/flat_adapter``; padding between tensors is
+zero). A ``Mirror`` is a zeroed buffer of the same size plus, for every copy pair, a view into it with the
+geometry of the pair's *source* view. Reading the slot back through those views (one ``_foreach_copy_``)
+rebuilds the trainer's buffer from what the slot holds; its ``flat_checksum`` must then equal the checksum the
+trainer computed over its buffer before the request. That compares the slot with the trainer's bytes, not with
+the (CUDA-IPC) source mapping the copy read from, so a stale mapping is caught too.
+
+It applies only where the rebuild is exact: every pair copies (no zero blocks), source and slot share the
+dtype, and the sources cover each element of the flat buffer's tensors exactly once (checked once, at build,
+with a counter buffer). Otherwise ``build`` returns the reason and the loader keeps the per-pair checksum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from .plan import CopyPair
+
+_WEIGHTS: dict[tuple[str, int], torch.Tensor] = {}
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _weights(n: int, device: torch.device) -> torch.Tensor:
+    """1..n as int64 on ``device``, cached: the position weights of every checksum of that size."""
+    key = (str(device), n)
+    if key not in _WEIGHTS:
+        _WEIGHTS[key] = torch.arange(1, n + 1, dtype=torch.int64, device=device)
+    return _WEIGHTS[key]
+
+
+def flat_checksum(buf: torch.Tensor) -> tuple[int, int]:
+    """(sum, position-weighted sum) of a contiguous byte buffer read as int64 words (a short tail as bytes).
+
+    Integer sums wrap mod 2**64 in any order, so the trainer's and the scheduler's kernels agree exactly; the
+    weighted sum sees a moved or swapped block that the plain sum does not.
+    """
+    if buf.dtype != torch.uint8 or buf.dim() != 1 or not buf.is_contiguous():
+        raise ValueError(f"flat_checksum needs a contiguous 1-D uint8 buffer, got {buf.dtype}{tuple(buf.shape)}")
+    n_words = buf.numel() // 8
+    words = buf[: n_words * 8].view(torch.int64)
+    tail = buf[n_words * 8:].to(torch.int64)
+    weights = _weights(n_words + tail.numel(), buf.device)
+    sums = torch.stack([words.sum() + tail.sum(),
+                        (words * weights[:n_words]).sum() + (tail * weights[n_words:]).sum()])
+    s0, s1 = sums.tolist()
+    return int(s0), int(s1)
+
+
+@dataclass
+class Mirror:
+    """The slot's pairs read back into the trainer buffer's layout."""
+
+    buf: torch.Tensor  # uint8, same size as the trainer's flat buffer, zero outside the tensors
+    views: list[torch.Tensor]  # one per pair, the source's geometry inside ``buf``
+    dsts: list[torch.Tensor]
+
+    def checksum(self) -> tuple[int, int]:
+        """Read the slot back (one fused copy) and checksum the rebuilt buffer."""
+        torch._foreach_copy_(self.views, self.dsts)
+        return flat_checksum(self.buf)
+
+    @classmethod
+    def build(cls, flat: torch.Tensor, pairs: Sequence[CopyPair], total_elements: int) -> tuple[Optional["Mirror"], str]:
+        """A mirror of ``flat`` for ``pairs``, or (None, why not). ``total_elements``: the adapter's element count
+        (all its tensors), which the sources must cover exactly once for the rebuild to equal the trainer's buffer."""
+        if flat.dtype != torch.uint8 or flat.dim() != 1 or not flat.is_contiguous():
+            return None, f"the flat buffer is {flat.dtype}{tuple(flat.shape)}, not contiguous uint8"
+        if not pairs:
+            return None, "no copy pairs"
+        if any(src is None for src, _ in pairs):
+            return None, "the plan writes zero blocks (e.g. a missing k_proj): not rebuilt from the slot"
+        itemsize = pairs[0][0].element_size()
+        if any(src.dtype != dst.dtype or src.element_size() != itemsize for src, dst in pairs):
+            return None, "source and slot dtypes differ (the copy casts): bytes cannot be compared"
+        if flat.numel() % itemsize or any(src.device != flat.device for src, _ in pairs):
+            return None, "the sources are not on the flat buffer's device, or its size is not a whole element count"
+        base = flat.untyped_storage().data_ptr() + flat.storage_offset()
+        offsets = []
+        for src, _ in pairs:
+            start = src.untyped_storage().data_ptr() + src.storage_offset() * itemsize
+            if not base <= start < base + flat.numel() or (start - base) % itemsize:
+                return None, "a source view does not lie inside the flat buffer"
+            if torch._debug_has_internal_overlap(src) != 0:
+                return None, "a source view repeats elements (a replicated block): the rebuild would be ambiguous"
+            offsets.append((start - base) // itemsize)
+        buf = torch.zeros_like(flat)
+        counter = buf.view(_INT_OF_SIZE[itemsize])
+        try:
+            counts = [counter.as_strided(src.shape, src.stride(), off) for (src, _), off in zip(pairs, offsets)]
+        except RuntimeError as exc:
+            return None, f"a source view does not fit the flat buffer ({exc})"
+        for view in counts:  # one kernel after another: overlapping views must not race
+            view.add_(1)
+        once, more = int((counter == 1).sum()), int((counter > 1).sum())
+        if more:
+            return None, f"{more} source elements feed more than one slot element"
+        if once != total_elements:
+            return None, (f"the sources cover {once} of the adapter's {total_elements} elements (this rank uses part "
+                          "of the adapter, e.g. a TP slice): the trainer's checksum covers all of it")
+        buf.zero_()
+        typed = buf.view(pairs[0][0].dtype)
+        views = [typed.as_strided(src.shape, src.stride(), off) for (src, _), off in zip(pairs, offsets)]
+        return cls(buf, views, [dst for _, dst in pairs]), ""
