@@ -15,7 +15,8 @@ DEFAULT_KEYS = [
     "training/rollout_probs_diff_mean", "training/rollout_probs_diff_max", "critic/score/mean",
     "timing_s/step", "timing_s/update_weights", "sglang_lora/sync_total_ms", "sglang_lora/sync_bytes",
     "sglang_lora/sync_version", "sglang_lora/staleness_max", "sglang_lora/base_policy_samples",
-    "sglang_lora/server_restarts",
+    "sglang_lora/server_restarts", "sglang_lora/sync_inplace", "sglang_lora/sync_load_ms",
+    "sglang_lora/resident_fallbacks",
 ]
 STEP_RE = re.compile(r"step:(\d+) - (.*)")
 
