@@ -41,6 +41,13 @@ class PluginSettings:
     topology: str = ""
     """Path of an SGLang topology YAML (models -> server groups, docs/topology.md); validated and planned by
     `verl-sglang-lora doctor`. The run does not launch it yet (issue 18 items 2-3)."""
+    served_effect_check: str = "on"
+    """Every step, in the trainer: the served-effect ratio k of (rollout - ref) on (old - ref) log-probs must be 1
+    within a bf16-derived tolerance (runtime/sync/served_effect.py). on: a mismatch stops the run; warn: logged as an
+    error; off: not computed. Needs rollout.calculate_log_probs=True and a reference policy."""
+    served_effect_min_snr: float = 3.0
+    """The check decides only when the adapter's effect stands this far above the noise (1 over what noise alone
+    can do to k); below, the step is inconclusive (e.g. step 1: lora_B is zero)."""
 
     @classmethod
     def from_rollout_config(cls, rollout_config: Any) -> "PluginSettings":
@@ -64,6 +71,13 @@ class PluginSettings:
             raise ValueError(f"{SETTINGS_PATH}.resident must be auto, on or off, got {self.resident!r}")
         if self.canary_min_delta < 0:
             raise ValueError(f"{SETTINGS_PATH}.canary_min_delta must be >= 0, got {self.canary_min_delta}")
+        if isinstance(self.served_effect_check, bool):  # YAML 1.1 reads a bare on/off as a boolean
+            object.__setattr__(self, "served_effect_check", "on" if self.served_effect_check else "off")
+        if self.served_effect_check not in ("on", "warn", "off"):
+            raise ValueError(f"{SETTINGS_PATH}.served_effect_check must be on, warn or off, "
+                             f"got {self.served_effect_check!r}")
+        if not self.served_effect_min_snr > 0:
+            raise ValueError(f"{SETTINGS_PATH}.served_effect_min_snr must be > 0, got {self.served_effect_min_snr}")
         if self.http_max_attempts < 1:
             raise ValueError(f"{SETTINGS_PATH}.http_max_attempts must be >= 1")
         if self.server_max_restarts < 0:

@@ -6,6 +6,22 @@ function in ``metric_utils`` as soon as that module is imported (a post-import h
 ``import verl`` does not import the trainer) and in any trainer module that already bound it. The wrapper asks
 every ``sglang_lora`` server actor (verl names them ``sglang_server_<replica>_<node>``) for the figures of the
 step (``SGLangLoRARollout.drain_metrics``) and adds them under ``sglang_lora/...``.
+
+The served-effect check (``runtime/sync/served_effect.py``) needs the batch's rollout, trainer and reference
+log-probs, which exist together only in the trainer process, and at a different place in each trainer:
+
+- the legacy trainer (``trainer.use_v1=False``, ``ray_trainer``) passes them to ``compute_data_metrics``;
+- the v1 trainer (``trainer.use_v1=True``, verl 0.9.1's default) keeps them in TransferQueue and hands
+  ``compute_data_metrics`` none; its ``_compute_advantage`` reads them into one ``DataProto`` and passes it to
+  ``compute_advantage_for_multi_trajectories`` (bound in ``trainer_base`` from ``v1.utils``), wrapped here the same
+  way: the check runs there, before the update (a fail stops the step before it trains), and its figures join the
+  step's ``compute_data_metrics``.
+
+Its settings are read from the config of the trainer that made the call (both trainers call these functions from a
+method of the trainer object, whose ``config`` is the run's full config, command-line overrides included): the
+values the server actors were launched with, with no second channel (environment, actor call) that could drift
+from them. Where no trainer config is found the defaults apply, and only when the job's server actors are the
+plugin's.
 """
 
 from __future__ import annotations
@@ -16,16 +32,33 @@ import logging
 import sys
 from typing import Any, Callable
 
+from verl_sglang_lora import ROLLOUT_NAME
+from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.metrics import merge_replica_metrics
+from verl_sglang_lora.verl_glue.config_access import cfg_path
 
 logger = logging.getLogger(__name__)
 
 METRIC_UTILS = "verl.trainer.ppo.metric_utils"
+V1_UTILS = "verl.trainer.ppo.v1.utils"
 TRAINER_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.trainer_base",
                    "verl.experimental.separation.ray_trainer")
+V1_ADVANTAGE = "compute_advantage_for_multi_trajectories"
 SERVER_PREFIX = "sglang_server_"
 _WRAPPED = "__sglang_lora_wrapped__"
 _warned: set[str] = set()
+
+
+class _CheckState:
+    """The served-effect check's memory in the trainer process."""
+
+    def __init__(self) -> None:
+        self.last_verdict: str | None = None  # the previous step's (log a change of verdict, not every step)
+        self.at_advantage = False  # the v1 trainer: the check runs at its advantage step, not in compute_data_metrics
+        self.pending: dict[str, float] = {}  # that step's figures, for the step's compute_data_metrics
+
+
+_check = _CheckState()
 
 
 def server_actor_names() -> list[str]:
@@ -61,13 +94,19 @@ def wrap_compute_data_metrics(original: Callable[..., dict]) -> Callable[..., di
 
     def compute_data_metrics(*args: Any, **kwargs: Any) -> dict:
         metrics = original(*args, **kwargs)
+        server: dict[str, float] = {}
         try:
-            metrics.update(collect_server_metrics())
+            server = collect_server_metrics()
         except Exception as exc:  # noqa: BLE001 - a metrics read must not stop training, but is never silent
-            key = type(exc).__name__
-            if key not in _warned:
-                _warned.add(key)
-                logger.warning("sglang_lora: could not read sync metrics from the server actors: %s: %s", key, exc)
+            _warn_once(type(exc).__name__, "sglang_lora: could not read sync metrics from the server actors: "
+                       f"{type(exc).__name__}: {exc}")
+        metrics.update(server)
+        if _check.at_advantage:  # the v1 trainer: checked at its advantage step, on the batch with the log-probs
+            metrics.update(_check.pending)
+            _check.pending = {}
+        else:
+            batch = kwargs["batch"] if "batch" in kwargs else (args[0] if args else None)
+            metrics.update(served_effect_metrics(batch, caller_config(sys._getframe(1)), plugin_servers=bool(server)))
         return metrics
 
     setattr(compute_data_metrics, _WRAPPED, True)
@@ -76,40 +115,128 @@ def wrap_compute_data_metrics(original: Callable[..., dict]) -> Callable[..., di
     return compute_data_metrics
 
 
+def wrap_compute_advantage(original: Callable[..., Any]) -> Callable[..., Any]:
+    """v1 trainer: check the served effect on the ``DataProto`` its advantage step reads from TransferQueue."""
+    if getattr(original, _WRAPPED, False):
+        return original
+
+    def compute_advantage_for_multi_trajectories(*args: Any, **kwargs: Any) -> Any:
+        config = caller_config(sys._getframe(1))
+        if config is not None:  # only verl's trainer calls it with its config in reach; nothing to judge otherwise
+            data = kwargs["data"] if "data" in kwargs else (args[0] if args else None)
+            _check.at_advantage = True
+            _check.pending = served_effect_metrics(data, config, plugin_servers=False)
+        return original(*args, **kwargs)
+
+    setattr(compute_advantage_for_multi_trajectories, _WRAPPED, True)
+    compute_advantage_for_multi_trajectories.__wrapped__ = original  # type: ignore[attr-defined]
+    compute_advantage_for_multi_trajectories.__doc__ = original.__doc__
+    return compute_advantage_for_multi_trajectories
+
+
+def caller_config(frame: Any, depth: int = 3) -> Any:
+    """The run's config held by the trainer object (``self.config``) whose method called ``compute_data_metrics``."""
+    for _ in range(depth):
+        if frame is None:
+            break
+        config = getattr(frame.f_locals.get("self"), "config", None)
+        if cfg_path(config, "actor_rollout_ref.rollout") is not None:
+            return config
+        frame = frame.f_back
+    return None
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(message)
+
+
+def served_effect_metrics(batch: Any, config: Any, plugin_servers: bool) -> dict[str, float]:
+    """Run the served-effect check on verl's batch; its ``sglang_lora/served_*`` figures, or {} when it cannot run.
+
+    A fail raises ``served_effect.ServedEffectMismatch`` (``served_effect_check=on``) or is logged as an error
+    (``warn``). A missing log-prob key is said once, naming the Hydra settings that turn it on.
+    """
+    from verl_sglang_lora.runtime.sync import served_effect as se  # torch: not at registration
+
+    if config is not None:
+        if cfg_path(config, "actor_rollout_ref.rollout.name") != ROLLOUT_NAME:
+            return {}  # another rollout: not ours to judge
+        settings = PluginSettings.from_rollout_config(config.actor_rollout_ref.rollout)
+    elif plugin_servers:
+        settings = PluginSettings()
+        _warn_once("served_effect_defaults", "sglang_lora: the served-effect check found no trainer config in the "
+                   "caller of compute_data_metrics; it runs with its defaults (served_effect_check=on)")
+    else:
+        return {}
+    if settings.served_effect_check == "off" or getattr(batch, "batch", None) is None:
+        return {}
+    missing = se.missing_keys(batch.batch.keys())
+    if missing:
+        banner = "!" * 100
+        _warn_once("served_effect_missing:" + ",".join(missing), f"\n{banner}\n{se.missing_message(missing)}\n{banner}")
+        return {}
+    result = se.check_batch(batch.batch, settings.served_effect_min_snr)
+    previous, _check.last_verdict = _check.last_verdict, result.verdict
+    if result.verdict == "fail":
+        if settings.served_effect_check == "on":
+            raise se.ServedEffectMismatch(result.failure_message())
+        logger.error("%s", result.failure_message())
+    elif result.verdict == "inconclusive" and previous != "inconclusive":
+        logger.warning("sglang_lora: served-effect check inconclusive: %s. %s", result.reason, result.summary())
+    elif result.verdict == "pass" and previous != "pass":
+        logger.info("sglang_lora: served-effect check passed: %s", result.summary())
+    return result.metrics()
+
+
+HOOKS: dict[str, tuple[str, Callable[[Callable[..., Any]], Callable[..., Any]], tuple[str, ...]]] = {
+    # module defining the function: (its name, the wrapper, the trainer modules that bind it at import)
+    METRIC_UTILS: ("compute_data_metrics", wrap_compute_data_metrics, TRAINER_MODULES),
+    V1_UTILS: (V1_ADVANTAGE, wrap_compute_advantage, ("verl.trainer.ppo.v1.trainer_base",)),
+}
+
+
 def _patch_loaded() -> None:
-    mu = sys.modules.get(METRIC_UTILS)
-    if mu is None or not hasattr(mu, "compute_data_metrics"):
-        return
-    mu.compute_data_metrics = wrap_compute_data_metrics(mu.compute_data_metrics)
-    for name in TRAINER_MODULES:
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, "compute_data_metrics"):
-            module.compute_data_metrics = wrap_compute_data_metrics(module.compute_data_metrics)
+    for module_name, (attr, wrap, binders) in HOOKS.items():
+        module = sys.modules.get(module_name)
+        if module is None or not hasattr(module, attr):
+            continue
+        setattr(module, attr, wrap(getattr(module, attr)))
+        for name in binders:
+            binder = sys.modules.get(name)
+            if binder is not None and hasattr(binder, attr):
+                setattr(binder, attr, wrap(getattr(binder, attr)))
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``metric_utils`` through the normal finders, runs it, then wraps its function."""
+    """Finds a hooked verl module through the normal finders, runs it, then wraps its function."""
+
+    def __init__(self) -> None:
+        self._inner: dict[str, Any] = {}  # module name -> the loader the normal finders gave it
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None):
-        if fullname != METRIC_UTILS:
+        if fullname not in HOOKS:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return None
-        self._inner = spec.loader
+        self._inner[fullname] = spec.loader
         spec.loader = self
         return spec
 
     def create_module(self, spec: Any) -> Any:
-        return self._inner.create_module(spec)
+        return self._inner[spec.name].create_module(spec)
 
     def exec_module(self, module: Any) -> None:
-        self._inner.exec_module(module)
-        module.compute_data_metrics = wrap_compute_data_metrics(module.compute_data_metrics)
+        self._inner[module.__name__].exec_module(module)
+        attr, wrap, _ = HOOKS[module.__name__]
+        if hasattr(module, attr):
+            setattr(module, attr, wrap(getattr(module, attr)))
 
 
 def install() -> None:
-    """Idempotent: wrap now where verl's metric code is loaded, else when it is."""
+    """Idempotent: wrap now where verl's modules are loaded, else when they are."""
     _patch_loaded()
-    if METRIC_UTILS not in sys.modules and not any(isinstance(f, _PatchAfterImport) for f in sys.meta_path):
+    if any(m not in sys.modules for m in HOOKS) and not any(isinstance(f, _PatchAfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchAfterImport())

@@ -1,0 +1,323 @@
+"""The served-effect check: the policy SGLang served is the trained one, measured from the log-probs verl already
+has on every step, on real verl ``DataProto`` batches.
+
+The log-probs are synthetic but carry bf16's numerics: the trainer's ``old`` and ``ref`` and the rollout's log-probs
+are each rounded through bfloat16, the rollout's on another path (a jitter of one bf16 ulp of the log-prob, as a
+second engine's different kernels give), so the rollout-vs-trainer gap is bf16-sized. The adapter's per-token effect
+is the sum of two halves (as if from two halves of the layers, correlated as effects of one trained adapter are).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("verl")
+
+from verl import DataProto  # noqa: E402
+
+from verl_sglang_lora.runtime.settings import PluginSettings  # noqa: E402
+from verl_sglang_lora.runtime.sync import served_effect as se  # noqa: E402
+from verl_sglang_lora.verl_glue import trainer_metrics  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MIN_SNR = PluginSettings().served_effect_min_snr
+
+
+def _bf16(x: torch.Tensor) -> torch.Tensor:
+    return x.bfloat16().float()
+
+
+def synth(served: str, seed: int = 0, b: int = 32, t: int = 96, effect: float = 0.05) -> dict[str, torch.Tensor]:
+    """Log-probs of one step; ``served`` says what SGLang applied instead of (or as) the trained adapter."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(t // 3, t + 1, (b,), generator=g)
+    mask = (torch.arange(t)[None] < lengths[:, None]).long()
+    base = -torch.rand(b, t, generator=g).pow(2) * 4  # the base model's log-probs of the sampled tokens
+    shared = torch.randn(b, t, generator=g)
+    half_a = effect * (0.7 * shared + 0.7 * torch.randn(b, t, generator=g))  # layers 0..L/2 of the adapter
+    half_b = effect * (0.7 * shared + 0.7 * torch.randn(b, t, generator=g))  # layers L/2..L
+    trained = half_a + half_b
+    older = 0.5 * half_a + 0.2 * torch.randn(b, t, generator=g) * effect  # an early version of the adapter
+    served_effect = {"trained": trained, "quarter": 0.25 * trained, "base": torch.zeros_like(trained),
+                     "half_loaded": half_a, "stale": older, "zero_b": torch.zeros_like(trained)}[served]
+    if served == "zero_b":  # step 1: lora_B is zero, the trainer's adapter changes nothing either
+        trained = torch.zeros_like(trained)
+    jitter = base.abs() * 2.0 ** -8 * torch.randn(b, t, generator=g)
+    return {
+        se.REF: _bf16(base),
+        se.OLD: _bf16(base + trained),
+        se.ROLLOUT: _bf16(base + served_effect + jitter) * mask,
+        se.MASK: mask,
+    }
+
+
+def data_proto(tensors: dict[str, torch.Tensor], drop: tuple[str, ...] = ()) -> DataProto:
+    """A batch as verl's trainer hands it to ``compute_data_metrics``: its own fields plus the log-probs."""
+    b, r = tensors[se.MASK].shape
+    p = 4
+    full = {
+        "token_level_scores": torch.ones(b, r), "token_level_rewards": torch.ones(b, r),
+        "advantages": torch.zeros(b, r), "returns": torch.zeros(b, r),
+        "prompts": torch.ones(b, p, dtype=torch.long), "responses": torch.ones(b, r, dtype=torch.long),
+        "attention_mask": torch.cat([torch.ones(b, p, dtype=torch.long), tensors[se.MASK]], dim=1),
+        **tensors,
+    }
+    return DataProto.from_dict(tensors={k: v for k, v in full.items() if k not in drop})
+
+
+def run_config(**settings: object):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({
+        "trainer": {"use_v1": False},
+        "actor_rollout_ref": {"rollout": {"name": "sglang_lora", "calculate_log_probs": True,
+                                          "engine_kwargs": {"sglang_lora": dict(settings)}},
+                              "actor": {"use_kl_loss": True}},
+    })
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    trainer_metrics._warned.clear()
+    trainer_metrics._check = trainer_metrics._CheckState()
+    yield
+
+
+# -- the math -------------------------------------------------------------------------------------------------------
+
+def test_trained_adapter_served_passes_within_a_bf16_tolerance() -> None:
+    batch = data_proto(synth("trained"))
+    result = se.check_batch(batch.batch, MIN_SNR)
+    assert result.verdict == "pass", result.summary()
+    assert abs(result.ratio - 1.0) <= result.tol
+    assert result.tol < 0.1  # the effect stands far above bf16 noise here: the tolerance is tight
+    assert 0 < result.noise_rms < 0.2 * result.expected_rms  # a bf16-sized rollout-vs-trainer gap
+    assert result.tokens == int(batch.batch[se.MASK].sum())
+
+
+def test_no_false_alarm_over_many_steps_near_the_noise() -> None:
+    """The trained adapter served, its effect only a few times the noise: never a fail (pass or inconclusive)."""
+    verdicts = [se.check_batch(synth("trained", seed=s, effect=e), MIN_SNR).verdict
+                for s in range(60) for e in (0.005, 0.01, 0.02)]
+    assert "fail" not in verdicts
+    assert verdicts.count("pass") > len(verdicts) // 2
+
+
+@pytest.mark.parametrize("served, k_near", [("quarter", 0.25), ("base", 0.0), ("half_loaded", 0.5), ("stale", 0.25)])
+def test_a_wrong_adapter_fails_with_both_numbers(served: str, k_near: float) -> None:
+    result = se.check_batch(data_proto(synth(served)).batch, MIN_SNR)
+    assert result.verdict == "fail", result.summary()
+    assert abs(result.ratio - k_near) < 0.1 and abs(result.ratio - 1) > result.tol
+    message = result.failure_message()
+    assert f"k={result.ratio:.4g}" in message and f"expected 1 +- {result.tol:.3g}" in message
+    assert "rsLoRA" in message and "partly loaded" in message and "stale" in message
+    assert ("base model" in message) == (served == "base")
+
+
+def test_zero_effect_is_inconclusive_not_fail() -> None:
+    result = se.check_batch(data_proto(synth("zero_b")).batch, MIN_SNR)
+    assert result.verdict == "inconclusive" and "lora_B is zero" in result.reason
+    tiny = se.check_batch(synth("quarter", effect=1e-4), MIN_SNR)  # an effect far below bf16 noise, even if wrong
+    assert tiny.verdict == "inconclusive" and tiny.snr < MIN_SNR and "not above the noise" in tiny.reason
+
+
+def test_bypass_mode_is_inconclusive() -> None:
+    tensors = synth("quarter")
+    tensors[se.OLD] = tensors[se.ROLLOUT]  # algorithm.rollout_correction.bypass_mode=True copies them
+    result = se.check_batch(tensors, MIN_SNR)
+    assert result.verdict == "inconclusive" and "bypass_mode" in result.reason
+
+
+def test_metrics_are_the_documented_keys() -> None:
+    metrics = se.check_batch(synth("trained"), MIN_SNR).metrics()
+    assert set(metrics) == {"sglang_lora/served_effect_ratio", "sglang_lora/served_effect_tol",
+                            "sglang_lora/served_effect_snr", "sglang_lora/expected_effect_rms",
+                            "sglang_lora/served_noise_rms", "sglang_lora/served_effect_verdict"}
+    assert metrics["sglang_lora/served_effect_verdict"] == 1.0
+    assert se.check_batch(synth("base"), MIN_SNR).metrics()["sglang_lora/served_effect_verdict"] == -1.0
+
+
+# -- the glue: settings, modes, missing keys ------------------------------------------------------------------------
+
+def test_fail_stops_the_run_by_default_and_warn_mode_logs_it(caplog: pytest.LogCaptureFixture) -> None:
+    batch = data_proto(synth("quarter"))
+    with pytest.raises(se.ServedEffectMismatch, match=r"k=0\.2\d+ \(expected 1 \+- "):
+        trainer_metrics.served_effect_metrics(batch, run_config(), plugin_servers=False)
+    with caplog.at_level(logging.ERROR):
+        out = trainer_metrics.served_effect_metrics(batch, run_config(served_effect_check="warn"), False)
+    assert out["sglang_lora/served_effect_verdict"] == -1.0
+    assert any("not the trained one" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+    assert trainer_metrics.served_effect_metrics(batch, run_config(served_effect_check="off"), False) == {}
+
+
+def test_inconclusive_does_not_stop_the_run(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        out = trainer_metrics.served_effect_metrics(data_proto(synth("zero_b")), run_config(), False)
+        trainer_metrics.served_effect_metrics(data_proto(synth("zero_b", seed=1)), run_config(), False)
+    assert out["sglang_lora/served_effect_verdict"] == 0.0
+    assert sum("inconclusive" in r.getMessage() for r in caplog.records) == 1  # said when it starts, not every step
+
+
+@pytest.mark.parametrize("drop, named", [
+    ((se.ROLLOUT,), "actor_rollout_ref.rollout.calculate_log_probs=True"),
+    ((se.REF,), "actor_rollout_ref.actor.use_kl_loss=True"),
+    ((se.ROLLOUT, se.REF), "algorithm.use_kl_in_reward=True"),
+])
+def test_missing_keys_are_said_once_naming_the_settings(drop, named, caplog: pytest.LogCaptureFixture) -> None:
+    batch = data_proto(synth("quarter"), drop=drop)  # a wrong adapter, but the check cannot see it
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert trainer_metrics.served_effect_metrics(batch, run_config(), plugin_servers=False) == {}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "served-effect check NOT RUNNING" in warnings[0] and named in warnings[0]
+    assert all(key in warnings[0] for key in drop)
+
+
+def test_another_rollout_is_left_alone() -> None:
+    config = run_config()
+    config.actor_rollout_ref.rollout.name = "vllm"
+    assert trainer_metrics.served_effect_metrics(data_proto(synth("base")), config, plugin_servers=True) == {}
+    assert trainer_metrics.served_effect_metrics(data_proto(synth("base")), None, plugin_servers=False) == {}
+
+
+def test_settings() -> None:
+    assert PluginSettings().served_effect_check == "on"
+    raw = {"engine_kwargs": {"sglang_lora": {"served_effect_check": False, "served_effect_min_snr": 5}}}
+    settings = PluginSettings.from_rollout_config(raw)  # YAML 1.1's bare `off` arrives as False
+    assert settings.served_effect_check == "off" and settings.served_effect_min_snr == 5
+    with pytest.raises(ValueError, match=r"served_effect_check must be on, warn or off"):
+        PluginSettings.from_rollout_config({"engine_kwargs": {"sglang_lora": {"served_effect_check": "maybe"}}})
+    with pytest.raises(ValueError, match=r"served_effect_min_snr must be > 0"):
+        PluginSettings.from_rollout_config({"engine_kwargs": {"sglang_lora": {"served_effect_min_snr": 0}}})
+
+
+def test_overlay_carries_the_settings_as_strings() -> None:
+    pytest.importorskip("hydra")
+    from verl_sglang_lora.tools.doctor import compose_config
+
+    cfg = compose_config("ppo_trainer", [])
+    assert PluginSettings.from_rollout_config(cfg.actor_rollout_ref.rollout).served_effect_check == "on"
+    cfg = compose_config("ppo_trainer", ["actor_rollout_ref.rollout.engine_kwargs.sglang_lora.served_effect_check=off"])
+    assert PluginSettings.from_rollout_config(cfg.actor_rollout_ref.rollout).served_effect_check == "off"
+
+
+@pytest.mark.parametrize("script, tree", [("run_qwen3_lora_fsdp.sh", "ppo_trainer"),
+                                          ("run_qwen3_lora_megatron.sh", "ppo_megatron_trainer")])
+def test_examples_give_the_check_its_keys(script: str, tree: str, tmp_path: Path) -> None:
+    pytest.importorskip("hydra")
+    from verl.trainer.ppo.utils import need_reference_policy
+
+    from tests.test_examples_on_cpu import example_overrides
+    from verl_sglang_lora.tools.doctor import compose_config
+
+    cfg = compose_config(tree, [a for a in example_overrides(script, tmp_path) if not a.startswith("--")])
+    assert cfg.actor_rollout_ref.rollout.calculate_log_probs is True
+    assert need_reference_policy(cfg)  # ref_log_prob: with LoRA, the actor with its adapter disabled
+    assert cfg.actor_rollout_ref.actor.kl_loss_coef == 0  # ... and the loss is what it was without it
+
+
+# -- through verl's own functions -----------------------------------------------------------------------------------
+
+class _Trainer:
+    """Calls verl's (wrapped) metric function from a method, as verl's trainers do, holding the run's config."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+
+    def step(self, batch: DataProto) -> dict:
+        from verl.trainer.ppo import metric_utils
+
+        return metric_utils.compute_data_metrics(batch=batch, use_critic=False)
+
+
+def test_through_verls_compute_data_metrics() -> None:
+    """The legacy trainer (trainer.use_v1=False) hands the log-probs to compute_data_metrics."""
+    trainer_metrics.install()
+    from verl.trainer.ppo import metric_utils
+
+    assert getattr(metric_utils.compute_data_metrics, "__sglang_lora_wrapped__", False)
+    trainer = _Trainer(run_config())
+    metrics = trainer.step(data_proto(synth("trained")))
+    assert "critic/score/mean" in metrics  # verl's own figures are still there
+    assert metrics["sglang_lora/served_effect_verdict"] == 1.0
+    assert abs(metrics["sglang_lora/served_effect_ratio"] - 1) <= metrics["sglang_lora/served_effect_tol"]
+    with pytest.raises(se.ServedEffectMismatch, match=r"k=0\.2\d+ .*rsLoRA"):
+        trainer.step(data_proto(synth("quarter")))
+    off = _Trainer(run_config(served_effect_check="off")).step(data_proto(synth("quarter")))
+    assert "sglang_lora/served_effect_ratio" not in off and "critic/score/mean" in off
+
+
+_V1_PROBE = r"""
+import json, sys, types
+import torch
+
+class _Stub(types.ModuleType):  # TransferQueue (the v1 trainer's store) is not in the CPU venv: never called here
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return type(name, (), {})
+
+sys.modules["transfer_queue"] = _Stub("transfer_queue")
+import numpy as np
+import verl  # the entry point registers the plugin and its hooks
+from verl_sglang_lora.tools.compat_probe import stub_inert_modules
+stub_inert_modules()
+import verl.trainer.ppo.v1.trainer_base as trainer_base
+from verl.trainer.ppo.core_algos import AdvantageEstimator
+sys.path.insert(0, "tests")
+from test_served_effect_on_cpu import data_proto, run_config, synth
+
+class V1Trainer:  # the two calls of verl's v1 step, from its methods, with the run's config
+    def __init__(self, config):
+        self.config = config
+    def _compute_advantage(self, data):
+        n = len(data)
+        data.non_tensor_batch["uid"] = np.array([f"u{i // 4}" for i in range(n)], dtype=object)
+        keys = [f"u{i // 4}_0_{i}" for i in range(n)]
+        return trainer_base.compute_advantage_for_multi_trajectories(
+            data, batch_keys=keys, adv_estimator=AdvantageEstimator.GRPO, num_repeat=4)
+    def _compute_metrics(self, batch):
+        return trainer_base.compute_data_metrics(batch=batch, use_critic=False)
+
+cfg = run_config()
+cfg.trainer.use_v1 = True
+trainer = V1Trainer(cfg)
+out = {}
+for served in ("trained", "quarter"):
+    tensors = synth(served)
+    try:
+        data = trainer._compute_advantage(data_proto(tensors, drop=("advantages", "returns")))
+    except Exception as exc:
+        out[served] = {"raised": type(exc).__name__, "message": str(exc)}
+        continue
+    # what the v1 trainer's metrics batch holds: no log-probs
+    metrics = trainer._compute_metrics(data_proto(tensors, drop=("rollout_log_probs", "old_log_probs", "ref_log_prob")))
+    out[served] = {k: v for k, v in metrics.items() if k.startswith("sglang_lora/") or k == "critic/score/mean"}
+    out[served]["advantages"] = bool("advantages" in data.batch.keys())
+print(json.dumps(out))
+"""
+
+
+def test_through_verls_v1_trainer_advantage_step() -> None:
+    """verl 0.9.1's default trainer (trainer.use_v1=True): checked on the batch of its advantage step."""
+    pytest.importorskip("ray")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _V1_PROBE], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    trained = out["trained"]
+    assert trained["advantages"] and "critic/score/mean" in trained
+    assert trained["sglang_lora/served_effect_verdict"] == 1.0
+    assert abs(trained["sglang_lora/served_effect_ratio"] - 1) <= trained["sglang_lora/served_effect_tol"]
+    assert out["quarter"]["raised"] == "ServedEffectMismatch"  # before the advantage step: nothing trains on it
+    assert "NOT RUNNING" not in proc.stderr  # the metrics batch has no log-probs: the advantage step's check stands
+    assert re.search(r"k=0\.2\d+ \(expected 1 \+- ", out["quarter"]["message"])
