@@ -5,6 +5,8 @@
 # (also with use_orig_params=True); the plugin refuses that empty adapter loudly.
 # With no MODEL_PATH/DATA it writes a tiny random Qwen3 + a synthetic GSM8K-style set (no downloads) and
 # runs on one GPU. For the real thing: MODEL_PATH=/models/Qwen3-0.6B DATA=/data/gsm8k NGPUS=4 ROLLOUT_TP=2.
+# The served-effect check (docs/reliability.md) needs the rollout's log-probs (rollout.calculate_log_probs=True)
+# and the base model's (a reference policy: use_kl_loss=True; kl_loss_coef=0 leaves the loss unchanged).
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
@@ -52,7 +54,8 @@ exec "$PYTHON" -m verl.trainer.main_ppo \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     actor_rollout_ref.model.enable_gradient_checkpointing=True \
     actor_rollout_ref.actor.optim.lr=3e-6 \
-    actor_rollout_ref.actor.use_kl_loss=False \
+    actor_rollout_ref.actor.use_kl_loss=True \
+    actor_rollout_ref.actor.kl_loss_coef=0 \
     actor_rollout_ref.actor.entropy_coeff=0 \
     actor_rollout_ref.actor.strategy="$STRATEGY" \
     actor_rollout_ref.actor.fsdp_config.strategy="$STRATEGY" \

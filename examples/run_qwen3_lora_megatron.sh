@@ -2,6 +2,8 @@
 # Megatron + LoRA + SGLang GRPO with rollout.name=sglang_lora (the seed-000 Megatron script's knobs).
 # Megatron reads model.lora.{rank,alpha}; the config tree is ppo_megatron_trainer.
 # With no MODEL_PATH/DATA it uses the tiny offline model + synthetic set and one GPU.
+# The served-effect check (docs/reliability.md) needs the rollout's log-probs (rollout.calculate_log_probs=True)
+# and the base model's (a reference policy: use_kl_loss=True; kl_loss_coef=0 leaves the loss unchanged).
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
@@ -57,7 +59,8 @@ exec "$PYTHON" -m verl.trainer.main_ppo \
     actor_rollout_ref.actor.optim.lr=3e-6 \
     actor_rollout_ref.actor.ppo_mini_batch_size=$BATCH \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MICRO \
-    actor_rollout_ref.actor.use_kl_loss=False \
+    actor_rollout_ref.actor.use_kl_loss=True \
+    actor_rollout_ref.actor.kl_loss_coef=0 \
     actor_rollout_ref.actor.entropy_coeff=0 \
     actor_rollout_ref.rollout.name=sglang_lora \
     actor_rollout_ref.rollout.mode=async \
