@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The GPU validation still owed (docs/validation.md), logs under $OUT.
-#   bash scripts/device/validate_all.sh [FIRST_STEP=1] [BUDGET_S=570]        steps FIRST..8 in order
+#   bash scripts/device/validate_all.sh [FIRST_STEP=1] [BUDGET_S=570]        steps FIRST..11 in order
 #   ONLY="7 6" bash scripts/device/validate_all.sh 1 570                       just these, in this order
 # Steps: 1 FSDP2 adapter run (resident in-place sync on by default: resident=auto), 2 stock sglang, 3 merge, 4 no LoRA,
 # 5 tests/gpu, 6 benchmarks, 7 kill-and-recover, 8 Megatron (needs the Megatron wheels in /tmp/mcore and the TE torch
 # build: scripts/device/megatron_stack.sh), 9 resident slot checks (0.6B and 8B shapes, r32; RESIDENT_SHAPES)
-# (7 is also a trained-adapter run: 6 steps with the graded offline reward, the server killed after version 3).
+# (7 is also a trained-adapter run: 6 steps with the graded offline reward, the server killed after version 3),
+# 10 fault run (issue 17 item 3: one 12-step run, four faults at successive versions; FAULT_STEPS), 11 memory soak
+# (issue 17 item 4: SOAK_STEPS=50 steps, ~180 s + ~5 s a step = ~430 s; lower SOAK_STEPS if steps run slower).
+# 10 and 11 each need a call of their own: ONLY="10" ... 1 580, then ONLY="11" ... 1 580.
 # Each step gets min(its own cap, what is left of BUDGET_S); a step that would get < 90 s is left for the next
 # call, printed as "NEXT_STEPS=..." (a device call is limited to 600 s). A verl run needs ~3 min to its first
 # step on a warm machine: 240 s caps end merge / no LoRA before step 1.
@@ -46,6 +49,8 @@ step() {
     8) if [ -d "${MCORE_DIR:-/tmp/mcore}" ]; then run 480 bash scripts/device/megatron_stack.sh run
        else echo "== step 8 skipped: no Megatron wheels in ${MCORE_DIR:-/tmp/mcore} (docs/megatron_gpu.md)"; fi ;;
     9) run 540 resident_checks ;;
+    10) run 575 env STEPS="${FAULT_STEPS:-12}" bash scripts/device/faults.sh ;;
+    11) run 575 env STEPS="${SOAK_STEPS:-50}" bash scripts/device/soak.sh ;;
     *) echo "no step $1" >&2 ;;
     esac
 }
@@ -60,7 +65,7 @@ run() {
     return 0
 }
 
-steps=${ONLY:-$(seq -s ' ' "$FIRST" 9)}
+steps=${ONLY:-$(seq -s ' ' "$FIRST" 11)}
 left_over=()
 for n in $steps; do
     if [ ${#left_over[@]} -gt 0 ]; then left_over+=("$n"); continue; fi  # keep the order after a deferral
