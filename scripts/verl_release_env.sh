@@ -31,11 +31,20 @@ fi
 t0=$SECONDS
 release_begin
 set +e
-"$VPY" -m pip --disable-pip-version-check install -q --progress-bar off --no-deps --no-compile \
-  --target "$TMP" "${find_links[@]+"${find_links[@]}"}" "verl==$VERSION" 2>&1 | grep -v "^WARNING: Location 'file:///"
+if [ "${VSL_INSTALLER:-uv}" = uv ] && [ -x "$ROOT/.venv/bin/uv" ] && [ -f "$ROOT/.venv/vsl-uv-args" ]; then
+  # the installer setup_cpu_env.sh chose: uv with pip's indexes
+  mapfile -t UV_ARGS < "$ROOT/.venv/vsl-uv-args"
+  # shellcheck disable=SC1091
+  source "$ROOT/.venv/vsl-uv-args.env"
+  UV_COMPILE_BYTECODE=0 "$ROOT/.venv/bin/uv" pip install -q --python "$VPY" "${UV_ARGS[@]}" --no-deps --target "$TMP" \
+    "${find_links[@]+"${find_links[@]}"}" "verl==$VERSION" 2>&1
+else
+  "$VPY" -m pip --disable-pip-version-check install -q --progress-bar off --no-deps --no-compile \
+    --target "$TMP" "${find_links[@]+"${find_links[@]}"}" "verl==$VERSION" 2>&1 | grep -v "^WARNING: Location 'file:///"
+fi
 st=("${PIPESTATUS[@]}")
 set -e
-[ "${st[0]}" -eq 0 ] || die "pip install --target failed"
+[ "${st[0]}" -eq 0 ] || die "install --target failed"
 rm -rf "$TMP/bin"
 t_install=$((SECONDS - t0))
 
