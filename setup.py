@@ -1,45 +1,51 @@
-"""verl-sglang-lora: LoRA (FSDP / Megatron) with SGLang rollouts for verl, as a plugin.
+"""Dependency lists for pyproject.toml (which holds all other metadata), computed so that no version is written twice.
 
-Version ranges follow docs/compatibility.md. Note: `verl[sglang]==0.9.1` cannot be installed as published
-(its extra pins sglang==0.5.12, which pins transformers==5.6.0, while verl 0.9.1 excludes transformers 5.6.0);
-README.md, Install, gives a recipe that works.
+- `dependencies`: the verl range from verl_sglang_lora/releases.json (the releases the plugin is checked against).
+- `gpu` extra: the tested GPU set, pinned: constraints/verl<V>-sglang<S>.txt, which constraints/generate.py makes
+  from the offline bundle's lock, minus the packages marked `--no-deps` (SGLang itself and its kernels: SGLang
+  0.5.12 pins transformers==5.6.0, which verl 0.9.1 excludes, so no resolver can install it beside verl; README,
+  Install, installs them with `pip install --no-deps -c <that file>`). There is no extra that pulls SGLang by
+  itself: it would let the resolver pick an untested verl x SGLang pair without a word.
 """
 
+from __future__ import annotations
+
 import json
-import os
+from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import setup
 
-RELEASES = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "verl_sglang_lora", "releases.json"), encoding="utf-8"))  # the checked releases, one list
+HERE = Path(__file__).resolve().parent
+RELEASES = json.loads((HERE / "verl_sglang_lora" / "releases.json").read_text(encoding="utf-8"))
+NO_DEPS_MARK = "# --no-deps"  # written by constraints/generate.py
+
+
+def verl_range() -> str:
+    """From the oldest checked verl up to (not including) the next minor after the newest."""
+    major, minor = (int(x) for x in RELEASES["verl"][-1].split(".")[:2])
+    return f"verl>={RELEASES['verl'][0]},<{major}.{minor + 1}"
+
+
+def tested_gpu_set() -> list[str]:
+    """The pins of the one tested pair's constraints file, without its --no-deps packages."""
+    files = sorted((HERE / "constraints").glob("verl*-sglang*.txt"))
+    if len(files) != 1:
+        raise SystemExit(f"setup.py: expected one constraints/verl*-sglang*.txt, found {[f.name for f in files]}")
+    pins = []
+    for raw in files[0].read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#") and NO_DEPS_MARK not in line:
+            pins.append(line)
+    return pins
+
 
 setup(
-    name="verl-sglang-lora",
-    version="0.1.0",
-    description="Hot-swapped LoRA adapters in SGLang rollouts for verl (rollout.name=sglang_lora)",
-    long_description=open("README.md", encoding="utf-8").read(),
-    long_description_content_type="text/markdown",
-    license="Apache-2.0",
-    python_requires=">=3.10,<3.13",
-    packages=find_packages(include=["verl_sglang_lora", "verl_sglang_lora.*"]),
-    # configs/ at the top level is a link to verl_sglang_lora/configs: the overlay must live inside the package so
-    # that pkg://verl_sglang_lora.configs resolves however the package is imported (installed, editable, or cwd).
-    package_data={"verl_sglang_lora": ["*.json"], "verl_sglang_lora.tools": ["*.json"], "verl_sglang_lora.configs.sglang_lora": ["*.yaml"]},
-    install_requires=[
-        f"verl>={RELEASES['verl'][0]},<0.10",
-        "torch",
-        "aiohttp",
-        "hydra-core>=1.3",
-    ],
+    install_requires=[verl_range(), "torch", "aiohttp", "hydra-core>=1.3"],
     extras_require={
-        "test": ["pytest>=8", "pytest-asyncio", "peft", "ray[default]>=2.41", "msgspec", "pydantic>=2"],
-        # The SGLang releases of releases.json (docs/compatibility.md). With the newest verl, install SGLang without its
-        # transformers pin: README, Install.
-        "sglang": [f"sglang>={RELEASES['sglang'][0]},<={RELEASES['sglang'][-1]}"],
+        "test": ["pytest>=8", "pytest-asyncio", "pytest-xdist", "peft", "ray[default]>=2.41", "msgspec", "pydantic>=2"],
+        "gpu": tested_gpu_set(),
         "fsdp": ["peft"],
+        # not pinned by the constraints: the lock the GPU runs use has no Megatron stack (docs/megatron_gpu.md)
         "megatron": ["megatron-core", "peft"],
-    },
-    entry_points={
-        "verl.plugins": ["sglang_lora = verl_sglang_lora.register"],
-        "console_scripts": ["verl-sglang-lora = verl_sglang_lora.tools.cli:main"],
     },
 )

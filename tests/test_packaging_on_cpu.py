@@ -1,0 +1,155 @@
+"""Packaging: the constraints file of the tested pair is the lock's, the installed metadata comes from the one list of
+releases and that file, a wheel built from the checkout carries the entry points and the package data, and the test
+command's prerequisite check stops with one message."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from verl_sglang_lora import __version__
+from verl_sglang_lora.releases import SGLANG_RELEASES, VERL_RELEASES
+
+ROOT = Path(__file__).resolve().parents[1]
+DIST = "verl-sglang-lora"
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_vsl_constraints_generate", ROOT / "constraints" / "generate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pins(text: str) -> dict[str, tuple[str, bool]]:
+    """{name: (version, installed --no-deps)} of a constraints file."""
+    out = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            spec = line.split("#", 1)[0].strip()
+            name, version = spec.split("==")
+            out[name] = (version, "# --no-deps" in line)
+    return out
+
+
+def test_constraints_file_is_generated_from_the_current_lock() -> None:
+    gen = _generator()
+    name, text = gen.render()
+    files = sorted(p.name for p in (ROOT / "constraints").glob("*.txt"))
+    assert files == [name], f"constraints/ holds {files}; run python constraints/generate.py"
+    assert (ROOT / "constraints" / name).read_text() == text, "stale: run python constraints/generate.py"
+    pins = _pins(text)
+    lock = {gen._norm(n): v for n, v, _ in gen._bundle_reader().read_lock(gen.BUNDLE_GROUPS)}
+    assert {n: v for n, (v, _) in pins.items() if n in lock} == lock  # every bundle pin, unchanged
+    assert set(pins) - set(lock) == {"torch"} and pins["torch"][0] == "2.11.0"  # the host torch the GPU runs used
+    assert {n for n, (_, no_deps) in pins.items() if no_deps} == set(gen.NO_DEPS)
+    # the only pair run on a GPU so far (docs/validation.md); both ends are releases the plugin is checked against
+    assert name == "verl0.9.1-sglang0.5.12.txt"
+    assert pins["verl"][0] in VERL_RELEASES and pins["sglang"][0] in SGLANG_RELEASES
+    assert gen.main(["--check"]) == 0
+
+
+def test_pyproject_holds_the_static_metadata() -> None:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = meta["project"]
+    assert project["name"] == DIST and project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert project["readme"] == "README.md" and project["requires-python"] == ">=3.10,<3.13"
+    assert set(project["dynamic"]) == {"version", "dependencies", "optional-dependencies"}
+    assert project["entry-points"]["verl.plugins"] == {"sglang_lora": "verl_sglang_lora.register"}
+    assert project["scripts"] == {"verl-sglang-lora": "verl_sglang_lora.tools.cli:main"}
+    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "verl_sglang_lora.__version__"}
+    data = meta["tool"]["setuptools"]["package-data"]
+    assert data == {"verl_sglang_lora": ["*.json"], "verl_sglang_lora.tools": ["*.json"],
+                    "verl_sglang_lora.configs.sglang_lora": ["*.yaml"]}
+    for package, patterns in data.items():  # each pattern matches files that exist
+        folder = ROOT / package.replace(".", "/")
+        assert all(list(folder.glob(p)) for p in patterns), package
+
+
+def test_installed_metadata_comes_from_releases_and_the_constraints() -> None:
+    dist = md.distribution(DIST)
+    assert dist.version == __version__
+    eps = {(e.group, e.name): e.value for e in dist.entry_points}
+    assert eps[("verl.plugins", "sglang_lora")] == "verl_sglang_lora.register"
+    assert eps[("console_scripts", "verl-sglang-lora")] == "verl_sglang_lora.tools.cli:main"
+    requires = dist.requires or []
+    base = [r for r in requires if "extra ==" not in r]
+    major, minor = VERL_RELEASES[-1].split(".")[:2]
+    assert any(r.replace(" ", "") in (f"verl<{major}.{int(minor) + 1},>={VERL_RELEASES[0]}",
+                                      f"verl>={VERL_RELEASES[0]},<{major}.{int(minor) + 1}") for r in base), base
+    gpu = sorted(r.split(";")[0].strip() for r in requires if 'extra == "gpu"' in r)
+    pins = _pins(next((ROOT / "constraints").glob("verl*-sglang*.txt")).read_text())
+    assert gpu == sorted(f"{n}=={v}" for n, (v, no_deps) in pins.items() if not no_deps)
+    # no extra pulls SGLang through a resolver: it would pick an untested verl x SGLang pair without a word
+    assert not [r for r in requires if r.split(";")[0].strip().lower().startswith("sglang")], requires
+    assert set(dist.metadata["Requires-Python"].replace(" ", "").split(",")) == {">=3.10", "<3.13"}
+
+
+def test_wheel_from_the_checkout_has_entry_points_and_package_data(tmp_path: Path) -> None:
+    """What `pip install .` installs: built from a copy (the build writes build/ and egg-info next to the sources)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE", "MANIFEST.in"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "constraints", src / "constraints", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "verl_sglang_lora", src / "verl_sglang_lora", ignore=shutil.ignore_patterns("__pycache__"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
+                           str(src)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("verl_sglang_lora-*.whl")
+    assert wheel.name.startswith(f"verl_sglang_lora-{__version__}-py3-none-any")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for f in ("verl_sglang_lora/releases.json", "verl_sglang_lora/configs/sglang_lora/default.yaml"):
+        assert f in names, f
+    assert any(n.startswith("verl_sglang_lora/tools/") and n.endswith(".json") for n in names)
+    info = f"verl_sglang_lora-{__version__}.dist-info"
+    entry_points = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
+    assert "[verl.plugins]\nsglang_lora = verl_sglang_lora.register" in entry_points
+    assert "verl-sglang-lora = verl_sglang_lora.tools.cli:main" in entry_points
+    metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata and "Provides-Extra: gpu" in metadata
+    assert f"{info}/licenses/LICENSE" in names
+
+
+def _setup_script_copy(tmp_path: Path) -> Path:
+    """setup_cpu_env.sh in an empty repo copy: its prerequisite check runs before it touches anything."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy2(ROOT / "scripts" / "setup_cpu_env.sh", tmp_path / "scripts" / "setup_cpu_env.sh")
+    return tmp_path / "scripts" / "setup_cpu_env.sh"
+
+
+def test_test_command_refuses_a_python_other_than_311(tmp_path: Path) -> None:
+    script = _setup_script_copy(tmp_path)
+    fake = tmp_path / "python3.12"
+    fake.write_text('#!/usr/bin/env bash\nif [ "$1" = -c ]; then case "$2" in *"%d.%d"*) echo 3.12;; *) exit 1;; esac; fi\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(["bash", str(script)], env={**os.environ, "PYTHON": str(fake)}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "PREREQUISITE MISSING" in proc.stderr and "is Python 3.12, not 3.11" in proc.stderr
+    assert not (tmp_path / ".venv").exists()
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the check accepts only 3.11")
+def test_test_command_says_where_torch_must_come_from(tmp_path: Path) -> None:
+    script = _setup_script_copy(tmp_path)
+    empty = tmp_path / "wheels"
+    empty.mkdir()
+    env = {**os.environ, "PYTHON": sys.executable, "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": str(empty)}
+    env.pop("VSL_TORCH_FIND_LINKS", None)
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "no torch-2.13.0+cpu-cp311 wheel in pip's find-links" in proc.stderr and "download.pytorch.org" in proc.stderr
+    assert not (tmp_path / ".venv").exists()
