@@ -27,7 +27,7 @@ read -r -a SGLANG_RELEASES <<< "$(python3 -c "import json; print(' '.join(json.l
 read -r -a VERL_RELEASES <<< "$(releases verl)"
 
 t0=$SECONDS
-say "1/3 CPU test environment .venv (scripts/setup_cpu_env.sh; a fresh machine: ~2-3 min, mostly downloads)"
+say "1/3 CPU test environment .venv (scripts/setup_cpu_env.sh; a fresh machine: ~1-2 min, mostly downloads)"
 bash scripts/setup_cpu_env.sh
 
 say "2/3 release dirs under .cache/: SGLang ${SGLANG_RELEASES[*]}, verl ${VERL_RELEASES[*]} ($CORES at a time; each installed, compiled and probed)"
@@ -65,7 +65,7 @@ if [ ! -d tests ]; then
 fi
 xdist=()
 if [ "$WORKERS" -gt 1 ]; then xdist=(-n "$WORKERS" --dist loadfile); fi
-say "3/3 pytest tests -m 'not gpu' on $WORKERS worker(s) (~4-5 min on 2 cores; the slowest tests are listed at the end)"
+say "3/3 pytest tests -m 'not gpu' on $WORKERS worker(s) (~8-9 min on 2 cores; the slowest tests are listed at the end)"
 set +e
 # SGLang contract tests must not skip here: a broken SGLang install fails them instead.
 VERL_SGLANG_LORA_REQUIRE_SGLANG=1 .venv/bin/python -m pytest tests -q -m "not gpu" --durations=10 \
