@@ -35,12 +35,12 @@ def push(version, resident, failed=None, fields=True):
     f = adapter_request_fields(config, adapter, 1) if fields else {}
     calls, payload = {}, None
     if resident == "attach":
-        attach = requests.attach(adapter.tensors, version, adapter.flat)
+        attach = requests.attach(adapter.tensors, version, adapter.flat, adapter.checksum)
         calls = {(c.op, c.slot): c for c in attach}
         payload = {"attach": [(c.op, c.slot, c.blobs) for c in attach],
                    "slot_fields": adapter_request_fields(config, adapter, 1)}
     elif resident == "write":
-        writes = requests.writes(version, adapter.flat)
+        writes = requests.writes(version, adapter.checksum)
         calls = {("write", s): c for s, c in writes.items()}
         payload = {"writes": {s: c.blobs for s, c in writes.items()}}
     result = ray.get(srv.sync_adapter.remote(AdapterPush(version, adapter.fingerprint, version, f, SyncStats(version=version),

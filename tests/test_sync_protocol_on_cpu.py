@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
-from verl_sglang_lora.runtime.sync.flat_adapter import ALIGN, AdapterCollector, fingerprint
+from verl_sglang_lora.runtime.sync.flat_adapter import ALIGN, AdapterCollector, fingerprint, plan_layout
+from verl_sglang_lora.runtime.sync.flat_adapter import view as flat_view
 from verl_sglang_lora.runtime.sync.canary import CanaryError, judge_canary
 from verl_sglang_lora.runtime.sync.versions import AdapterVersions, adapter_name
 
@@ -102,17 +103,26 @@ def test_collect_rejects_empty_duplicate_and_half_pairs(tiny_qwen3):
         AdapterCollector().collect(iter([t]), names.resolve_lora)
 
 
-def test_fingerprint_tracks_content():
+def _flat_of(tensors: dict) -> tuple[list, torch.Tensor]:
+    entries = plan_layout((n, tuple(t.shape), t.dtype) for n, t in tensors.items())
+    flat = torch.zeros(entries[-1].offset + entries[-1].nbytes, dtype=torch.uint8)
+    for e in entries:
+        flat_view(flat, e).copy_(tensors[e.name])
+    return entries, flat
+
+
+def test_fingerprint_tracks_content_and_layout():
     x = {"a": torch.ones(3), "b": torch.arange(4.0)}
-    assert fingerprint(x) == fingerprint({k: v.clone() for k, v in x.items()})
+    same = fingerprint(*_flat_of({k: v.clone() for k, v in x.items()}))
+    assert fingerprint(*_flat_of(x)) == same
     y = {"a": torch.ones(3), "b": torch.arange(4.0).flip(0)}  # same sum, different order
-    assert fingerprint(x) != fingerprint(y)
-    # tensors of one shape are reduced together: a change in any one of them still shows
-    same_shape = {f"t{i}": torch.full((2, 3), float(i)) for i in range(5)}
-    changed = {**same_shape, "t3": same_shape["t3"].clone().index_fill_(1, torch.tensor([2]), -1.0)}
-    assert fingerprint(same_shape) != fingerprint(changed)
+    assert fingerprint(*_flat_of(y))[0] != same[0]
+    changed = {"a": torch.ones(3), "b": torch.arange(4.0).index_fill_(0, torch.tensor([2]), -1.0)}
+    assert fingerprint(*_flat_of(changed))[0] != same[0]
+    renamed = {"a2": torch.ones(3), "b": torch.arange(4.0)}  # same bytes under another name
+    assert fingerprint(*_flat_of(renamed))[0] != same[0]
     mixed = {"e": torch.zeros(0), "h": torch.ones(2, 2, dtype=torch.bfloat16), **x}  # empty and bf16 tensors
-    assert fingerprint(mixed) == fingerprint({k: v.clone() for k, v in mixed.items()})
+    assert fingerprint(*_flat_of(mixed)) == fingerprint(*_flat_of({k: v.clone() for k, v in mixed.items()}))
 
 
 def test_versions_idempotent_ack_monotonic_and_retention():

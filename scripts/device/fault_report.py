@@ -197,8 +197,9 @@ def judge_kill(res: FaultResult, window: list[Line], t_inject: float | None, ste
         res.evidence.append(f"recovered {report.get('adapter')} (version {report.get('version')})")
         if recovered.ts is not None and t_inject is not None:
             res.recover_s = round(recovered.ts - t_inject, 1)
-    after = [ln for ln in window if recovered is not None and ln.index > recovered.index]
-    sync = next((ln for ln in after if SYNC_RE.search(ln.text)), None)
+    # the first sync after the injection: the re-sent one when the kill hit a sync. Not "after the recovered line":
+    # the worker's ack and the actor's "recovered" line come from two processes and interleave in either order
+    sync = next((ln for ln in window if recovered is not None and SYNC_RE.search(ln.text)), None)
     if sync is not None:
         d = dict_in(SYNC_RE, sync.text) or {}
         res.next_sync = f"{d.get('action', 'load')} v{d.get('version')}"

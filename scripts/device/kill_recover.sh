@@ -12,7 +12,7 @@ STEPS=${STEPS:-4} timeout "${E2E_TIMEOUT:-480}" bash examples/run_qwen3_lora_fsd
 RUN=$!
 killed=""
 while kill -0 "$RUN" 2>/dev/null; do
-    if [ -z "$killed" ] && grep -q "sglang_lora: adapter sync {'version': $VERSION," "$LOG"; then
+    if [ -z "$killed" ] && grep -qE "sglang_lora: adapter sync \{.*'version': $VERSION," "$LOG"; then
         sleep 2
         pid=$(pgrep -f "ray::SGLangLoRARollout" | head -1)
         echo "== SIGQUIT to the server actor pid=${pid:-none} after adapter version $VERSION"

@@ -164,10 +164,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         if self._resident is None:
             return {}, None
         if inplace:
-            writes = self._resident.writes(version, adapter.flat)
+            writes = self._resident.writes(version, adapter.checksum)
             return ({("write", slot): c for slot, c in writes.items()},
                     {"writes": {slot: c.blobs for slot, c in writes.items()}})
-        attach = self._resident.attach(adapter.tensors, version, adapter.flat)
+        attach = self._resident.attach(adapter.tensors, version, adapter.flat, adapter.checksum)
         return ({(c.op, c.slot): c for c in attach},  # slot1's load needs its own serialization of the tensors
                 {"attach": [(c.op, c.slot, c.blobs) for c in attach], "slot_fields": self._request_fields(config, adapter)})
 

@@ -16,7 +16,6 @@ import math
 import torch
 
 from verl_sglang_lora.runtime.resident import protocol as P
-from verl_sglang_lora.runtime.resident.mirror import flat_checksum
 
 SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
 
@@ -59,19 +58,20 @@ class ResidentRequests:
             torch.cuda.current_stream(self.device).synchronize()  # the sources and the zeroed status are visible
         return LoaderCall(op, slot, [MultiprocessingSerializer.serialize(named)], status, message)
 
-    def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor) -> list[LoaderCall]:
+    def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor,
+               checksum: tuple[int, int]) -> list[LoaderCall]:
         """Both slots bound to the flat buffer's views (``adapter``: views of ``flat``); slot1 written by the plan
-        and verified against the trainer's checksum, then compared byte for byte with slot0, which SGLang loaded
-        itself from the same tensors."""
-        s0, s1 = flat_checksum(flat)
+        and verified against the trainer's checksum of ``flat``, then compared byte for byte with slot0, which
+        SGLang loaded itself from the same tensors."""
+        s0, s1 = checksum
         return [self.call("attach", SLOTS[0], adapter, flat, version=version, write=0),
                 self.call("attach", SLOTS[1], adapter, flat, version=version, write=1, sum0=s0, sum1=s1),
                 self.call("compare", SLOTS[1], ref=SLOTS[0])]
 
-    def writes(self, version: int, flat: torch.Tensor) -> dict[str, LoaderCall]:
-        """An in-place write for each slot, carrying the trainer's checksum of ``flat`` (the buffer the loader copies
-        from) for the loader to verify the slot against; the server actor sends the one for its idle slot."""
-        s0, s1 = flat_checksum(flat)
+    def writes(self, version: int, checksum: tuple[int, int]) -> dict[str, LoaderCall]:
+        """An in-place write for each slot, carrying the trainer's checksum of its flat buffer (the one the loader
+        copies from) for the loader to verify the slot against; the server actor sends the one for its idle slot."""
+        s0, s1 = checksum
         return {slot: self.call("write", slot, version=version, checksum=1, sum0=s0, sum1=s1) for slot in SLOTS}
 
 

@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from verl_sglang_lora.runtime.resident.mirror import flat_checksum
 from verl_sglang_lora.runtime.sync.device import to_device_owned
 from verl_sglang_lora.sglang_contract.weight_names import check_lora_pairs, lora_module_path
 
@@ -45,6 +46,7 @@ class FlatAdapter:
     entries: list[FlatEntry]
     tensors: dict[str, torch.Tensor]
     fingerprint: str
+    checksum: tuple[int, int]  # flat_checksum of ``flat`` when collected
 
     @property
     def nbytes(self) -> int:
@@ -108,7 +110,7 @@ class AdapterCollector:
         if pending or set(seen) != set(by_slot):
             self._relayout(seen)
         tensors = {e.name: view(self.flat, e) for e in self.entries}
-        return FlatAdapter(self.flat, list(self.entries), tensors, fingerprint(tensors))
+        return FlatAdapter(self.flat, list(self.entries), tensors, *fingerprint(self.entries, self.flat))
 
     def _relayout(self, seen: dict[str, torch.Tensor | None]) -> None:
         """A new buffer for this stream: tensors already copied into the old one are carried over."""
@@ -127,37 +129,13 @@ class AdapterCollector:
         self.layouts_built += 1
 
 
-FINGERPRINT_BATCH_ELEMENTS = 32 << 20  # 256 MiB of float64 per stacked batch
-
-
-def fingerprint(tensors: dict[str, torch.Tensor]) -> str:
-    """A cheap content fingerprint: names, shapes and two float64 moments per tensor, one device sync in all.
-
-    Tensors of one shape/dtype/device are stacked and reduced together: a LoRA adapter has a handful of distinct
-    shapes, so this is a few dozen kernels instead of several per tensor (392 tensors for a Qwen3-0.6B adapter).
-    """
-    names = sorted(tensors)
-    if not names:
-        return "empty"
-    groups: dict[tuple, list[str]] = {}
-    for name in names:
-        t = tensors[name]
-        groups.setdefault((tuple(t.shape), t.dtype, t.device), []).append(name)
-    order, moments = [], []
-    for (shape, _, device), members in groups.items():
-        numel = math.prod(shape)
-        idx = torch.arange(numel, device=device, dtype=torch.float64)
-        step = max(1, FINGERPRINT_BATCH_ELEMENTS // max(1, numel))  # bounds the float64 copy
-        for i in range(0, len(members), step):
-            chunk = members[i : i + step]
-            batch = torch.stack([tensors[n].detach().reshape(-1) for n in chunk]).to(torch.float64)
-            pair = torch.stack([batch.sum(dim=1), batch @ idx], dim=1)
-            moments.append(pair.to(moments[0].device) if moments else pair)
-            order += chunk
-    values = dict(zip(order, torch.cat(moments).cpu().tolist()))
+def fingerprint(entries: list[FlatEntry], flat: torch.Tensor) -> tuple[str, tuple[int, int]]:
+    """The adapter's identity: its layout (names, shapes, dtypes, offsets) and the exact checksum of the buffer's
+    bytes (``flat_checksum``: one pass, one device sync). The checksum is returned too: the resident path sends it
+    to the loader, which verifies the written slot against it."""
+    checksum = flat_checksum(flat)
     h = hashlib.sha256()
-    for name in names:
-        t = tensors[name]
-        s1, s2 = values[name]
-        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|{s1:.17g}|{s2:.17g}".encode())
-    return h.hexdigest()[:16]
+    for e in entries:
+        h.update(f"{e.name}|{e.shape}|{e.dtype}|{e.offset}\n".encode())
+    h.update(f"{checksum[0]}|{checksum[1]}".encode())
+    return h.hexdigest()[:16], checksum
