@@ -77,7 +77,7 @@ def io_struct(name: str) -> type:
     except Exception as exc:  # a half-installed SGLang can raise KeyError on re-import
         raise ImportError(
             "SGLang is not importable in this process "
-            f"({exc}); install it with `pip install 'verl-sglang-lora[sglang]'` (see README, Install)."
+            f"({exc}); install the tested set: `pip install '.[gpu]' -c constraints/verl0.9.1-sglang0.5.12.txt` plus SGLang with `--no-deps` (README, Install)."
         ) from exc
     try:
         return getattr(module, name)

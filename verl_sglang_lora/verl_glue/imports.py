@@ -33,7 +33,7 @@ def load_verl_sglang_server() -> ModuleType:
     except ImportError as exc:
         raise ImportError(
             f"rollout.name=sglang_lora needs verl's SGLang rollout, which failed to import: {exc}. Install SGLang "
-            "with `pip install 'verl-sglang-lora[sglang]'` (README, Install) and check `verl-sglang-lora doctor`."
+            "with the tested set: `pip install '.[gpu]' -c constraints/verl0.9.1-sglang0.5.12.txt` plus SGLang with `--no-deps` (README, Install) and check `verl-sglang-lora doctor`."
         ) from exc
 
 
@@ -59,6 +59,6 @@ def load_verl_server_adapter() -> type:
     except ImportError as exc:
         raise ImportError(
             f"rollout.name=sglang_lora needs verl's SGLang ServerAdapter, which failed to import: {exc}. "
-            "Install SGLang with `pip install 'verl-sglang-lora[sglang]'`."
+            "Install SGLang as the tested set: `pip install '.[gpu]' -c constraints/verl0.9.1-sglang0.5.12.txt` plus SGLang with `--no-deps` (README, Install)."
         ) from exc
     return module.ServerAdapter
