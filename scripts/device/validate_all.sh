@@ -28,12 +28,14 @@ benchmarks() {
 }
 resident_checks() {
     for shape in ${RESIDENT_SHAPES:-qwen3-0.6b qwen3-8b}; do
-        python3 -c "from pathlib import Path; from verl_sglang_lora.tools.benchmarks import write_checkpoint; write_checkpoint('$shape', Path('/tmp/ckpt_$shape'))" \
+        python3 -c "from pathlib import Path; from verl_sglang_lora.tools.benchmarks import write_checkpoint; write_checkpoint('$shape', Path('/tmp/ckpt_$shape'), live=True)" \
             > "$LOGDIR/ckpt_$shape.log" 2>&1
-        timeout "$STEP_TIMEOUT" python3 scripts/device/resident_check.py --model "/tmp/ckpt_$shape" --rank 32 --iters 30 \
-            --out "$LOGDIR/resident_$shape.json" --server-arg=--attention-backend --server-arg=triton \
-            --server-arg=--sampling-backend --server-arg=pytorch > "$LOGDIR/resident_$shape.log" 2>&1
-        grep -v "^  " "$LOGDIR/resident_$shape.log" | tail -12
+        # the plugin's transport (in-process tokenizer manager, no HTTP) with CUDA graphs on, as in a rollout
+        timeout "$STEP_TIMEOUT" python3 scripts/device/resident_check.py --model "/tmp/ckpt_$shape" --rank "${RESIDENT_RANK:-32}" \
+            --iters 30 --transport "${RESIDENT_TRANSPORT:-engine}" --cuda-graph --out "$LOGDIR/resident_$shape.json" \
+            --server-arg=--attention-backend --server-arg=triton --server-arg=--sampling-backend --server-arg=pytorch \
+            --server-arg=--cuda-graph-max-bs --server-arg=8 > "$LOGDIR/resident_$shape.log" 2>&1
+        grep -v "^  " "$LOGDIR/resident_$shape.log" | tail -20
     done
 }
 # step N -> "CAP CMD..."

@@ -50,8 +50,12 @@ SHAPES: dict[str, dict[str, Any]] = {
 PROJ = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
 
 
-def write_checkpoint(shape: str, out: Path, shard_bytes: int = 2 << 30) -> Path:
-    """config.json + all-zero bf16 safetensors shards with the architecture's own parameter names."""
+def write_checkpoint(shape: str, out: Path, shard_bytes: int = 2 << 30, live: bool = False) -> Path:
+    """config.json + bf16 safetensors shards with the architecture's own parameter names, all zero.
+
+    ``live``: random embeddings / lm_head and unit norms, the rest zero, so that the logits depend on the input
+    and an adapter's effect shows in the served log-probs (with all-zero weights every log-prob is the uniform
+    one, adapter or not, and a served-output comparison proves nothing)."""
     import transformers
     from safetensors.torch import save_file
 
@@ -67,9 +71,15 @@ def write_checkpoint(shape: str, out: Path, shard_bytes: int = 2 << 30) -> Path:
     shard: dict[str, torch.Tensor] = {}
     weight_map: dict[str, str] = {}
     size, total = 0, 0
+    gen = torch.Generator().manual_seed(0)
     for name, t in [*meta.items(), (None, None)]:
         if name is not None:
-            shard[name] = torch.zeros(t.shape, dtype=torch.bfloat16)
+            if live and name.endswith("norm.weight"):
+                shard[name] = torch.ones(t.shape, dtype=torch.bfloat16)
+            elif live and name.endswith(("embed_tokens.weight", "lm_head.weight")):
+                shard[name] = (torch.randn(t.shape, generator=gen) * 0.05).to(torch.bfloat16)
+            else:
+                shard[name] = torch.zeros(t.shape, dtype=torch.bfloat16)
             size += shard[name].numel() * 2
         if shard and (name is None or size >= shard_bytes):
             file = f"model-{len(set(weight_map.values())):05d}.safetensors"
