@@ -41,7 +41,7 @@ SERIES = (
 )
 FIELDS = ("t_s", "step", "series", "procs", "rss_mib", "gpu_mib")
 GPU_TOTAL = "gpu_total"
-STEP_RE = re.compile(rb"step:(\d+) - ")
+STEP_RE = re.compile(rb"(?:^|[^/\w])step:(\d+) - ")  # not training/global_step:N
 NOISE_SIGMAS, NOISE_REL, NOISE_FLOOR_MIB = 3.0, 0.01, 16.0
 VERL_KEYS = (("actor/perf/max_memory_reserved_gb", "trainer torch_reserved(verl) gpu"),
              ("actor/perf/cpu_memory_used_gb", "host used(verl) rss"))
