@@ -8,7 +8,8 @@
 # (7 is also a trained-adapter run: 6 steps with the graded offline reward, the server killed after version 3),
 # 10 fault run (issue 17 item 3: one 12-step run, four faults at successive versions; FAULT_STEPS), 11 memory soak
 # (issue 17 item 4: SOAK_STEPS=50 steps, ~180 s + ~5 s a step = ~430 s; lower SOAK_STEPS if steps run slower).
-# 10 and 11 each need a call of their own: ONLY="10" ... 1 580, then ONLY="11" ... 1 580.
+# 12 the sync matrix (issue 16 item 4: python -m verl_sglang_lora.benchmarks, ranks 8/32/128, both shapes; MATRIX_ARGS).
+# 10, 11 and 12 each need a call of their own: ONLY="10" ... 1 580, then ONLY="11" ... 1 580, ONLY="12" ... 1 580.
 # Each step gets min(its own cap, what is left of BUDGET_S); a step that would get < 90 s is left for the next
 # call, printed as "NEXT_STEPS=..." (a device call is limited to 600 s). A verl run needs ~3 min to its first
 # step on a warm machine: 240 s caps end merge / no LoRA before step 1.
@@ -38,6 +39,12 @@ resident_checks() {
         grep -v "^  " "$LOGDIR/resident_$shape.log" | tail -20
     done
 }
+matrix() {  # issue 16 item 4: every path, ranks 8/32/128, both shapes, one engine per shape (tools/sync_matrix.py)
+    timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.benchmarks ${MATRIX_ARGS:---shape qwen3-0.6b --shape qwen3-8b} \
+        --iters "${MATRIX_ITERS:-30}" --engine-arg attention_backend=triton --engine-arg sampling_backend=pytorch \
+        --engine-arg cuda_graph_max_bs=8 --json "$LOGDIR/matrix.json" > "$LOGDIR/matrix.log" 2>&1
+    grep "^|" "$LOGDIR/matrix.log" | tail -40
+}
 # step N -> "CAP CMD..."
 step() {
     case $1 in
@@ -53,6 +60,7 @@ step() {
     9) run 540 resident_checks ;;
     10) run 575 env STEPS="${FAULT_STEPS:-12}" bash scripts/device/faults.sh ;;
     11) run 575 env STEPS="${SOAK_STEPS:-50}" bash scripts/device/soak.sh ;;
+    12) run 575 matrix ;;
     *) echo "no step $1" >&2 ;;
     esac
 }
@@ -67,7 +75,7 @@ run() {
     return 0
 }
 
-steps=${ONLY:-$(seq -s ' ' "$FIRST" 11)}
+steps=${ONLY:-$(seq -s ' ' "$FIRST" 12)}
 left_over=()
 for n in $steps; do
     if [ ${#left_over[@]} -gt 0 ]; then left_over+=("$n"); continue; fi  # keep the order after a deferral

@@ -1,0 +1,400 @@
+"""The adapter-sync matrix: every way an adapter version can reach SGLang, side by side, on one GPU (docs/benchmarks.md).
+
+    python -m verl_sglang_lora.benchmarks --shape qwen3-0.6b --shape qwen3-8b --rank 8 --rank 32 --rank 128 \\
+        --iters 30 --json h200.json
+
+One process; per shape one in-process ``sglang.Engine`` (the plugin's server actor talks to the same tokenizer manager,
+no HTTP; the scheduler runs in its own process, so CUDA IPC is exercised as in a run), launched with the plugin's own
+LoRA arguments (resident slots on: ``max_loras_per_batch=3``, the custom weight loader). Per rank, the paths run in
+turn inside every iteration, so a drift of the machine hits all of them alike. Each path starts with the new version
+already in the trainer's persistent flat device buffer and ends when SGLang serves it; then one 1-token request with
+that adapter: its time minus the same request in steady state is the first-batch penalty (the lazy pool fill of a
+freshly loaded adapter lands there).
+
+Paths: ``inplace`` (the resident write + the loader's verify against the trainer's checksum + the prefix-cache flush
+the plugin does on a switch), ``versioned`` (the plugin's load of a new adapter name from the device buffer through
+``load_lora_adapter_from_tensors``, unload of the previous one), ``disk`` (safetensors + ``load_lora_adapter``), verl
+0.9.1's stock ``ServerAdapter.update_weights`` adapter path (its own code; its ``_engine`` calls forwarded to the same
+tokenizer manager -- its exact error where it fails), and the copy floors (device-to-device and pinned
+host-to-device copies of the same bytes). Correctness: the written slot byte-compared with SGLang's own load of the
+same adapter, and the log-probs served through it against that load's and the base model's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+PATHS = ("inplace", "versioned", "disk", "verl_stock")
+PROMPT_IDS = [(17 * i + 3) % 1000 + 10 for i in range(24)]  # token ids: the checkpoints carry no tokenizer
+
+
+def pct(samples: list[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+@dataclass
+class PathTimes:
+    """One path's samples: sync ms, first request after the sync ms; or the error that stopped it."""
+
+    sync: list[float] = field(default_factory=list)
+    first: list[float] = field(default_factory=list)
+    error: str | None = None
+
+    def row(self, steady_ms: float, nbytes: int) -> dict[str, Any]:
+        if self.error or not self.sync:
+            return {"error": self.error or "no samples"}
+        p50 = pct(self.sync, 0.5)
+        return {"n": len(self.sync), "p50_ms": round(p50, 3), "p95_ms": round(pct(self.sync, 0.95), 3),
+                "max_ms": round(max(self.sync), 3), "GBps": round(nbytes / p50 / 1e6, 2),
+                "first_batch_penalty_ms": round(pct(self.first, 0.5) - steady_ms, 3) if self.first else None}
+
+
+def guard(times: PathTimes, fn: Callable[[], None]) -> None:
+    """Run one path's iteration; its first error ends that path only (reported in its row)."""
+    if times.error is not None:
+        return
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - a failing path is a row with its error, the others go on
+        times.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:240] if str(exc) else ''}"
+
+
+class EngineBench:
+    """One shape: the engine, the trainer side's buffers, and one timed call per path."""
+
+    def __init__(self, model_dir: Path, max_rank: int, mem: float, extra: dict[str, Any]) -> None:
+        import sglang
+
+        from verl_sglang_lora.runtime.lora_plan import lora_plan
+        from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+
+        plan = lora_plan({"lora_rank": max_rank, "target_modules": "all-linear", "lora": {}})
+        args = lora_launch_args(plan, resident=True)
+        os.environ.setdefault("SGLANG_GRPC_PORT", str(_free_port()))  # the default (port + 10000) can exceed 65535
+        self.engine = sglang.Engine(model_path=str(model_dir), mem_fraction_static=mem, skip_tokenizer_init=True,
+                                    skip_server_warmup=True, log_level="warning", **args, **extra)
+        self.tm = self.engine.tokenizer_manager
+        self.model_dir = model_dir
+
+    def run(self, coro: Any) -> Any:
+        return self.engine.loop.run_until_complete(coro)
+
+    def request(self, lora: str | None, new_tokens: int = 1) -> dict:
+        return self.engine.generate(input_ids=PROMPT_IDS, lora_path=lora, return_logprob=True, logprob_start_len=0,
+                                    sampling_params={"max_new_tokens": new_tokens, "temperature": 0.0})
+
+    def timed_request(self, lora: str | None) -> float:
+        t0 = time.perf_counter()
+        self.request(lora)
+        return (time.perf_counter() - t0) * 1e3
+
+    def call(self, method: str, obj: Any) -> Any:
+        """A tokenizer-manager request; SGLang's refusal raised with its message."""
+        out = self.run(getattr(self.tm, method)(obj, None))
+        ok, message = (out[0], out[1]) if isinstance(out, tuple) else (getattr(out, "success", True),
+                                                                        getattr(out, "error_message", ""))
+        if ok is False:
+            raise RuntimeError(f"{method}: {message}")
+        return out
+
+    def stop(self) -> None:
+        self.engine.shutdown()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def logprobs(reply: dict) -> list[float]:
+    meta = reply["meta_info"]
+    return [float(x[0]) for x in meta["input_token_logprobs"] if x[0] is not None] + \
+        [float(x[0]) for x in meta["output_token_logprobs"]]
+
+
+def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Path) -> dict[str, Any]:
+    """Every path for one adapter rank (slots created for it, dropped after)."""
+    from safetensors.torch import save_file
+
+    from sglang.srt.managers import io_struct
+    from sglang.srt.utils import MultiprocessingSerializer
+
+    from verl_sglang_lora.runtime.resident import LOADER_PATH
+    from verl_sglang_lora.runtime.resident.requests import SLOTS, ResidentRequests, check_results
+    from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
+    from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
+    from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
+    from verl_sglang_lora.tools.benchmarks import model_names, random_adapter
+
+    try:
+        from verl.workers.rollout.sglang_rollout.utils import SGLANG_LORA_NAME
+    except ImportError:  # reported by the stock row itself
+        SGLANG_LORA_NAME = "verl_actor_lora_name"
+
+    names = model_names(bench.model_dir)
+    versions = [random_adapter(bench.model_dir, rank, seed) for seed in (1, 2)]
+    config = normalize_peft_config({"r": rank, "lora_alpha": 2 * rank, "target_modules": "all-linear"})
+    scaling = config["lora_alpha"] / config["r"]
+    collector = AdapterCollector(torch.device("cuda"))
+    flat = collector.collect(iter(versions[0]), names.resolve_lora)
+    nbytes = flat.nbytes
+    load_cls = io_struct.LoadLoRAAdapterFromTensorsReqInput
+    update_cls = io_struct.UpdateWeightsFromTensorReqInput
+
+    def load_tensors(name: str, pinned: bool = False) -> None:
+        fields = adapter_request_fields(config, flat, tp_size=1)
+        bench.call("load_lora_adapter_from_tensors", load_cls(lora_name=name, pinned=pinned, **fields))
+
+    def unload(name: str) -> None:
+        bench.call("unload_lora_adapter", io_struct.UnloadLoRAAdapterReqInput(lora_name=name))
+
+    def loader(calls: list) -> None:
+        for c in calls:
+            bench.call("update_weights_from_tensor", update_cls(serialized_named_tensors=c.blobs,
+                                                                load_format=LOADER_PATH, flush_cache=False))
+        failed = check_results(calls, scaling)
+        if failed:
+            raise RuntimeError(failed)
+
+    # slots: SGLang's own load of version 0 into both, the plan attached and checked against it (as at a launch)
+    requests = ResidentRequests(torch.device("cuda"))
+    for slot in SLOTS:
+        load_tensors(slot, pinned=True)
+    loader(requests.attach(flat.tensors, 0, flat.flat, flat.checksum))
+    served = {"slot": SLOTS[0]}
+    times = {p: PathTimes() for p in PATHS}
+    prev = {"versioned": None, "disk": None}
+    try:
+        stock = stock_adapter(bench, config)
+    except Exception as exc:  # noqa: BLE001 - e.g. verl not importable: the stock row says so
+        times["verl_stock"].error = f"{type(exc).__name__}: {exc}"
+        stock = None
+
+    def refill(i: int) -> None:
+        nonlocal flat
+        flat = collector.collect(iter(versions[i % 2]), names.resolve_lora)
+        torch.cuda.synchronize()
+
+    def inplace(i: int) -> float:
+        slot = SLOTS[1] if served["slot"] == SLOTS[0] else SLOTS[0]
+        t0 = time.perf_counter()
+        call = requests.writes(1000 + i, flat.checksum)[slot]
+        loader([call])
+        bench.engine.flush_cache()  # the plugin flushes on a switch: a slot's lora id outlives its versions
+        served["slot"] = slot
+        return (time.perf_counter() - t0) * 1e3
+
+    def versioned(i: int) -> float:
+        name = f"bench_v{rank}_{i}"
+        t0 = time.perf_counter()
+        load_tensors(name)
+        if prev["versioned"]:
+            unload(prev["versioned"])
+        prev["versioned"] = name
+        return (time.perf_counter() - t0) * 1e3
+
+    def disk(i: int) -> float:
+        name = f"bench_disk{rank}_{i}"
+        d = workdir / name
+        d.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        save_file({n: t.contiguous() for n, t in flat.tensors.items()}, str(d / "adapter_model.safetensors"))
+        (d / "adapter_config.json").write_text(json.dumps(config))
+        bench.call("load_lora_adapter", io_struct.LoadLoRAAdapterReqInput(lora_name=name, lora_path=str(d)))
+        if prev["disk"]:
+            unload(prev["disk"])
+        prev["disk"] = name
+        return (time.perf_counter() - t0) * 1e3
+
+    def verl_stock(i: int) -> float:
+        t0 = time.perf_counter()
+        stock(list(flat.tensors.items()))
+        return (time.perf_counter() - t0) * 1e3
+
+    served_name = {"inplace": lambda: served["slot"], "versioned": lambda: prev["versioned"],
+                   "disk": lambda: prev["disk"], "verl_stock": lambda: SGLANG_LORA_NAME}
+    fns = {"inplace": inplace, "versioned": versioned, "disk": disk, "verl_stock": verl_stock}
+    for i in range(warmup + iters):
+        refill(i)
+        for path in PATHS:
+            def one(path: str = path) -> None:
+                ms = fns[path](i)
+                first = bench.timed_request(served_name[path]())
+                if i >= warmup:
+                    times[path].sync.append(ms)
+                    times[path].first.append(first)
+            guard(times[path], one)
+
+    steady = []
+    for i in range(warmup + iters):
+        t0 = time.perf_counter()
+        bench.engine.flush_cache()  # what the in-place path's sync does, without the write
+        bench.request(served["slot"])
+        if i >= warmup:
+            steady.append((time.perf_counter() - t0) * 1e3)
+    steady_ms = pct(steady, 0.5)
+    floors = copy_floors(flat.flat, iters)
+    correct = check_slot(bench, requests, served["slot"], load_tensors, loader)
+    for name in [*SLOTS, prev["versioned"], prev["disk"]]:
+        if name:
+            guard(PathTimes(), lambda name=name: unload(name))
+    rows = []
+    for path in PATHS:
+        row = {"rank": rank, "path": path, "bytes": nbytes, "tensors": len(flat.entries), **times[path].row(steady_ms, nbytes)}
+        row["correct"] = correct["ok"] if path == "inplace" else None
+        rows.append(row)
+    for path, samples in floors.items():
+        p50 = pct(samples, 0.5)
+        rows.append({"rank": rank, "path": path, "bytes": nbytes, "n": len(samples), "p50_ms": round(p50, 4),
+                     "p95_ms": round(pct(samples, 0.95), 4), "max_ms": round(max(samples), 4),
+                     "GBps": round(nbytes / p50 / 1e6, 1), "first_batch_penalty_ms": None, "correct": None})
+    for row in rows:
+        for base in ("versioned", "disk"):
+            ref = next((r for r in rows if r["path"] == base and "p50_ms" in r), None)
+            if ref is not None and "p50_ms" in row and row["path"] in PATHS:
+                row[f"speedup_vs_{base}"] = round(ref["p50_ms"] / row["p50_ms"], 2)
+    return {"rank": rank, "rows": rows, "steady_request_ms": round(steady_ms, 3), "correctness": correct}
+
+
+def stock_adapter(bench: EngineBench, config: dict) -> Callable[[list], None]:
+    """verl 0.9.1's ``ServerAdapter.update_weights`` adapter path, its own code, with its ``_engine`` calls forwarded
+    to the engine's tokenizer manager (the handlers its HTTP requests reach)."""
+    from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter
+
+    class _Forward:  # the three _engine calls of verl's adapter path
+        async def available_models(self) -> Any:  # what /v1/models lists: the adapters SGLang holds
+            registry = getattr(getattr(bench.tm, "lora_registry", None), "_registry", {}) or {}
+            return {"data": [{"id": name} for name in registry]}
+
+        async def unload_lora_adapter(self, name: str) -> Any:
+            from sglang.srt.managers import io_struct
+
+            return await bench.tm.unload_lora_adapter(io_struct.UnloadLoRAAdapterReqInput(lora_name=name), None)
+
+        async def load_lora_adapter_from_tensor(self, req: Any) -> Any:
+            out = await bench.tm.load_lora_adapter_from_tensors(req, None)
+            if getattr(out, "success", True) is False:
+                raise RuntimeError(getattr(out, "error_message", out))
+            return out
+
+    class _Mesh:  # device_mesh["infer_tp"]: TP-local rank 0 of a TP-1 mesh
+        mesh = torch.arange(1)
+
+        def __getitem__(self, _: Any) -> "_Mesh":
+            return self
+
+        def get_local_rank(self) -> int:
+            return 0
+
+    stock = object.__new__(ServerAdapter)
+    stock._engine, stock.device_mesh, stock._pd_role, stock.config, stock._has_server = _Forward(), _Mesh(), None, None, True
+
+    def sync(tensors: list) -> None:
+        bench.run(ServerAdapter.update_weights(stock, iter(tensors), peft_config=dict(config), base_sync_done=True))
+
+    return sync
+
+
+def copy_floors(flat: torch.Tensor, iters: int) -> dict[str, list[float]]:
+    """Device-to-device and pinned host-to-device copies of the adapter's bytes."""
+    dst = torch.empty_like(flat)
+    host = torch.empty(flat.numel(), dtype=torch.uint8, pin_memory=True)
+    out: dict[str, list[float]] = {"d2d_copy_floor": [], "pinned_h2d_copy_floor": []}
+    for _ in range(3 + iters):
+        for key, src in (("d2d_copy_floor", flat), ("pinned_h2d_copy_floor", host)):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            dst.copy_(src, non_blocking=True)
+            torch.cuda.synchronize()
+            out[key].append((time.perf_counter() - t0) * 1e3)
+    return {k: v[3:] for k, v in out.items()}
+
+
+def check_slot(bench: EngineBench, requests: Any, slot: str, load_tensors: Callable, loader: Callable) -> dict:
+    """The served slot against SGLang's own load of the same bytes: byte-exact, and the served log-probs (greedy,
+    8 tokens: decode steps replay CUDA graphs when they are on) equal to that load's and different from the base."""
+    from sglang.srt.managers import io_struct
+
+    ref = "bench_reference"
+    out: dict[str, Any] = {}
+    try:
+        load_tensors(ref)
+        bench.request(ref)  # resident in the pool
+        call = requests.call("compare", slot, ref=ref, fail_on_mismatch=0)
+        loader([call])
+        out["mismatches"] = call.result()["mismatches"]
+        bench.engine.flush_cache()
+        slot_lp, ref_lp, base_lp = (logprobs(bench.request(n, 8)) for n in (slot, ref, None))
+        out["max_abs_diff_vs_own_load"] = max(abs(a - b) for a, b in zip(slot_lp, ref_lp))
+        out["max_abs_diff_vs_base"] = max(abs(a - b) for a, b in zip(slot_lp, base_lp))
+        out["ok"] = out["mismatches"] == 0 and out["max_abs_diff_vs_own_load"] == 0.0 and \
+            out["max_abs_diff_vs_base"] > 0.0
+        bench.call("unload_lora_adapter", io_struct.UnloadLoRAAdapterReqInput(lora_name=ref))
+    except Exception as exc:  # noqa: BLE001 - reported in the row
+        out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+    return out
+
+
+def run_shape(shape: str, ranks: list[int], iters: int, warmup: int, mem: float, extra: dict[str, Any]) -> dict:
+    from verl_sglang_lora.tools.benchmarks import write_checkpoint
+
+    root = Path(tempfile.mkdtemp(prefix=f"matrix_{shape}_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    model_dir = write_checkpoint(shape, root / "model", live=True)
+    bench = EngineBench(model_dir, max(ranks), mem, extra)
+    try:
+        import sglang
+
+        results = [run_rank(bench, r, iters, warmup, root) for r in ranks]
+    finally:
+        bench.stop()
+    return {"shape": shape, "sglang": sglang.__version__, "ranks": results}
+
+
+def flat_rows(results: list[dict]) -> list[dict]:
+    """The JSON rows of docs/benchmarks/h200.json: shape, rank, path, p50_ms, p95_ms, first_batch_penalty_ms, correct."""
+    rows = []
+    for shape in results:
+        for rank in shape["ranks"]:
+            for row in rank["rows"]:
+                rows.append({"shape": shape["shape"], "sglang": shape["sglang"], "transport": "engine", **row})
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print("| shape | r | path | p50 ms | p95 ms | max ms | first-batch penalty ms | GB/s | x versioned | x disk | correct |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['shape']} | {r['rank']} | {r['path']} | fails: {r['error']} | | | | | | | |")
+            continue
+        cells = [r.get(k) for k in ("p50_ms", "p95_ms", "max_ms", "first_batch_penalty_ms", "GBps",
+                                    "speedup_vs_versioned", "speedup_vs_disk", "correct")]
+        print(f"| {r['shape']} | {r['rank']} | {r['path']} | " + " | ".join("-" if c is None else str(c) for c in cells) + " |")
+
+
+def main(shapes: list[str], ranks: list[int], iters: int, warmup: int, mem: float, json_path: Path | None,
+         extra: dict[str, Any]) -> int:
+    results = []
+    for shape in shapes:
+        results.append(run_shape(shape, ranks, iters, warmup, mem, extra))
+        print("result", json.dumps(results[-1], default=str), flush=True)  # survives a later shape's failure
+    rows = flat_rows(results)
+    print_table(rows)
+    if json_path:
+        json_path.write_text(json.dumps(rows, indent=1, default=str))
+    return 0 if all(r.get("correct") is not False for r in rows) else 1
+
+
+__all__ = ["PathTimes", "flat_rows", "print_table", "main", "run_shape", "pct"]
