@@ -48,7 +48,9 @@ GPU_EVIDENCE = {
         "4-5 steps with FSDP2 and 4 steps with Megatron (Megatron-Bridge LoRA, TransformerEngine, "
         "attention_backend=unfused), every adapter sync accepted, a trained adapter served (canary after every "
         "sync); merge mode and no LoRA 2 steps each; a killed server recovered with no step lost; tests/gpu passed. "
-        "Not run: tp>1, actor TP/PP>1, more than one GPU."
+        "2026-12-03 (session 7): the resident in-place sync through 50 FSDP2 GRPO steps (every sync in place, 0 "
+        "fallbacks), 0.6B/8B slot writes byte-exact with SGLang's own load, four injected faults recovered. "
+        "Not run: tp>1, actor TP/PP>1, more than one GPU, the Megatron example in place."
     ),
 }
 GPU_NONE = "not exercised (CPU contract only)"
