@@ -303,13 +303,18 @@ def test_doctor_fails_a_bad_topology_naming_the_key(tiny_qwen3, tmp_path, capsys
     assert "did you mean `tp_size`?" in out and "Planned SGLang placement" not in out
 
 
-def test_a_run_refuses_the_topology_setting_instead_of_ignoring_it(tiny_qwen3, tmp_path):
-    """Until a run launches per-group overrides and frozen models, the setting stops it before any GPU is used."""
+def test_a_run_accepts_a_matching_topology_and_refuses_a_mismatch_with_the_reason(tiny_qwen3, tmp_path):
+    """The setting is no longer refused as such (items 2-3 launch it); a YAML that does not fit this run's rollout
+    config is, each line with the YAML key path and the fix (tests/test_topology_launch_on_cpu.py has the rest)."""
     from verl_sglang_lora.verl_glue.config_guards import config_problems
 
-    topo = write(tmp_path, VALID)
-    rollout = {"name": "sglang_lora", "mode": "async",
-               "engine_kwargs": {"sglang_lora": {"topology": str(topo)}}}
-    problems = config_problems(rollout, {"path": str(tiny_qwen3), "lora_rank": 8, "lora_alpha": 16})
-    assert any(p.startswith(f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.topology={topo}") and
-               "Fix: remove the setting to run" in p for p in problems), problems
+    assert VALID.count("num_gpus: 2\n") == 1
+    topo = write(tmp_path, VALID.replace("num_gpus: 2\n", "num_gpus: 1\n"))  # one judge engine: no router needed
+    model = {"path": str(tiny_qwen3), "lora_rank": 8, "lora_alpha": 16}
+    rollout = {"name": "sglang_lora", "mode": "async", "tensor_model_parallel_size": 2, "n_gpus_per_node": 4,
+               "gpu_memory_utilization": 0.5, "engine_kwargs": {"sglang_lora": {"topology": str(topo)}}}
+    assert [p for p in config_problems(rollout, model) if "topology" in p] == []
+    problems = config_problems({**rollout, "tensor_model_parallel_size": 1}, model)
+    assert any(p.startswith(f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.topology={topo}: sglang[0]") and
+               "differs from actor_rollout_ref.rollout.tensor_model_parallel_size=1" in p and "Fix:" in p
+               for p in problems), problems

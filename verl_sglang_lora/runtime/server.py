@@ -41,6 +41,7 @@ from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_
 from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 from verl_sglang_lora.verl_glue.server_args import wrap_server_args
+from verl_sglang_lora.topology.launch import replica_launch_overrides
 from verl_sglang_lora.runtime.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
 from verl_sglang_lora.runtime.sync.metrics import SyncMetrics
 from verl_sglang_lora.runtime.sync.snapshot import clear_snapshots, snapshot_root
@@ -107,7 +108,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
     async def _launch(self, from_checkpoint: bool, *args: Any, **kwargs: Any) -> Any:
         module = sys.modules[_verl_server.SGLangHttpServer.__module__]
         original = module.ServerArgs
-        module.ServerArgs = wrap_server_args(original, self.lora_args, from_checkpoint)
+        module.ServerArgs = wrap_server_args(original, self.lora_args, from_checkpoint, await replica_launch_overrides(
+            self.config, self.model_config, self.replica_rank, self.node_rank))  # topology: group overrides
         try:
             result = await super().launch_server(*args, **kwargs)
         finally:

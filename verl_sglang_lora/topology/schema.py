@@ -5,8 +5,8 @@ key path inside the YAML (``sglang[1].server_groups[0].overrides.tp_sizee``) and
 reported at once. Nothing here imports torch or allocates a GPU; the installed SGLang's ``ServerArgs`` fields are
 read from the imported class (dataclass or msgspec struct) or, where SGLang cannot be imported, from its source.
 
-Scope (docs/topology.md): schema, validation and the placement plan. The run does not launch frozen models nor
-apply per-group overrides yet (issue 18 items 2-3).
+Scope (docs/topology.md): schema, validation and the placement plan; the run applies it through ``launch.py``
+(per-replica overrides) and ``host.py`` (frozen models), with the run-time checks of ``run_checks.py``.
 """
 
 from __future__ import annotations
@@ -52,6 +52,12 @@ LORA_CONTRACT = {
     "max_loaded_loras": "delete the override: the plugin keeps at most the serving and the loading adapter versions",
 }
 TP_OVERRIDE_FIX = "delete overrides.tp_size and set num_gpus_per_engine on the group (or the model)"
+# ServerArgs fields that place an engine: verl (the actor's replicas) or the plugin's launcher (frozen models) sets
+# them from num_gpus / num_gpus_per_engine and the GPUs it is given; an override would move the engine off its plan.
+PLACEMENT_KEYS = ("base_gpu_id", "gpu_id_step", "nnodes", "node_rank", "dist_init_addr", "dp_size", "pp_size", "host",
+                  "port")
+PLACEMENT_FIX = ("delete it: engines are placed from num_gpus / num_gpus_per_engine (the actor by verl's replicas, "
+                 "frozen models by the plugin's launcher, one engine = one address)")
 
 
 class TopologyError(ValueError):
@@ -334,6 +340,9 @@ def parse_topology(
                                                                           "ServerArgs)")
                 elif key == "tp_size":
                     bad(okey, "the TP size of a group is its num_gpus_per_engine", TP_OVERRIDE_FIX)
+                elif key in PLACEMENT_KEYS:
+                    bad(okey, "this ServerArgs field places the engine (GPU ids, nodes, DP/PP ranks, address)",
+                        PLACEMENT_FIX)
             if isinstance(overrides.get("model_path"), str):
                 group_paths.append((f"{gkey}.overrides.model_path", overrides["model_path"]))
             if wtype and num_gpus is not None:

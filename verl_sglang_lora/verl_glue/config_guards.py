@@ -21,6 +21,7 @@ from verl_sglang_lora.verl_glue.config_access import cfg_get, cfg_path, to_plain
 from verl_sglang_lora.runtime.lora_plan import LoRAPlan, lora_plan
 from verl_sglang_lora.sglang_contract.peft_config import ADAPTER_PATH_SETTING, adapter_config_problems
 from verl_sglang_lora.sglang_contract.target_modules import ATTENTION_TARGETS, adapter_target_problems
+from verl_sglang_lora.topology.run_checks import topology_problems
 
 TP_SETTING = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 # Megatron-Bridge LoRA types (verl 0.9.1's hf_model.yaml: lora, vlm_lora, canonical_lora, dora) and why each one other
@@ -79,14 +80,9 @@ def config_problems(rollout_config: Any, model_config: Any) -> list[str]:
             "mode: a restarted server holds the checkpoint's weights, not the trained ones (only adapters are "
             "snapshotted). Fix: server_max_restarts=0, or serve LoRA as an adapter (rank > 0, lora.merge=False)."
         )
-    topology = cfg_path(rollout_config, "engine_kwargs.sglang_lora.topology", "") or ""
-    if topology:
-        # checked and planned by the doctor (verl_sglang_lora.topology), not yet launched by a run: never ignored
-        problems.append(
-            f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.topology={topology}: `verl-sglang-lora doctor` "
-            "validates this YAML and prints its placement, but a run does not launch per-group overrides or frozen "
-            "models yet (docs/topology.md). Fix: remove the setting to run; keep it for `doctor`."
-        )
+    # the topology YAML: accepted when its actor matches this rollout config and the frozen models fit, else each
+    # reason with the YAML key path and the fix (verl_sglang_lora/topology/run_checks.py)
+    problems += topology_problems(rollout_config, model_config)
     if plan.enabled and plan.rank > 0 and str(cfg_get(rollout_config, "mode", "async")) != "async":
         problems.append("actor_rollout_ref.rollout.mode must be 'async' (verl's SGLang server mode). Fix: mode=async.")
     hf = model_hf_config(model_config)

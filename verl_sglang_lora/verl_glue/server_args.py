@@ -31,6 +31,20 @@ def apply_lora_args(args: dict[str, Any], lora_args: dict[str, Any], declared: s
     return out
 
 
+def apply_overrides(args: dict[str, Any], overrides: dict[str, Any], declared: set[str]) -> dict[str, Any]:
+    """``args`` with a topology group's ``overrides`` on top: the highest precedence over verl's own arguments and
+    ``engine_kwargs.sglang`` (slime's rule). The LoRA keys stay the plugin's: the topology schema refuses them on the
+    actor, and this refuses them again rather than let one slip past the LoRA contract."""
+    unknown = sorted(k for k in overrides if k not in declared)
+    if unknown:
+        raise TypeError(f"topology overrides {unknown} are not fields of the installed SGLang ServerArgs")
+    lora = sorted(k for k in overrides if k in (*LORA_KEYS, LOADERS_KEY))
+    if lora:
+        raise ValueError(f"topology overrides {lora} would replace the plugin's LoRA launch arguments; the topology "
+                         "schema refuses them on the actor (docs/topology.md)")
+    return {**args, **overrides}
+
+
 def checkpoint_weights(args: dict[str, Any]) -> dict[str, Any]:
     """``args`` with verl's ``load_format=dummy`` replaced by ``auto``: SGLang reads the checkpoint's weights.
 
@@ -47,15 +61,21 @@ def checkpoint_weights(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def wrap_server_args(
-    original: type, lora_args: dict[str, Any], from_checkpoint: bool = False
+    original: type, lora_args: dict[str, Any], from_checkpoint: bool = False,
+    overrides: dict[str, Any] | None = None,
 ) -> Callable[..., Any]:
-    """A drop-in for ``ServerArgs`` (``dataclasses.fields()`` still works on it) that applies ``lora_args``
-    (and, with ``from_checkpoint``, :func:`checkpoint_weights`)."""
+    """A drop-in for ``ServerArgs`` (``dataclasses.fields()`` still works on it) that applies, in this order, the
+    topology group's ``overrides`` (:func:`apply_overrides`), with ``from_checkpoint`` :func:`checkpoint_weights`
+    (a relaunch must read the checkpoint whatever ``load_format`` said), and ``lora_args``."""
     # a dataclass up to SGLang 0.5.18, a msgspec struct from 0.5.23 on
     declared = set(getattr(original, "__dataclass_fields__", None) or getattr(original, "__struct_fields__", ()))
 
     def make(**args: Any) -> Any:
-        final = apply_lora_args(checkpoint_weights(args) if from_checkpoint else args, lora_args, declared)
+        merged = apply_overrides(args, overrides, declared) if overrides else args
+        final = apply_lora_args(checkpoint_weights(merged) if from_checkpoint else merged, lora_args, declared)
+        if overrides:
+            logger.warning("sglang_lora: launching SGLang with topology overrides %s (verl had %s)",
+                           {k: final.get(k) for k in overrides}, {k: args.get(k) for k in overrides if k in args})
         logger.warning(
             "sglang_lora: launching SGLang with %s",
             {k: final.get(k) for k in (*LORA_KEYS, LOADERS_KEY) if k in final} or "LoRA disabled (merge mode or no LoRA)",
