@@ -355,3 +355,46 @@ def test_model_url_outside_a_ray_job_says_how_to_reach_it():
     out = subprocess.run([sys.executable, "-c", "from verl_sglang_lora.topology import model_url; model_url('judge')"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "called outside the run's Ray job" in out.stderr
+
+
+def test_the_proof_reward_asks_the_judge_by_name_and_scores_its_logprobs(monkeypatch):
+    """examples/judge_reward.py against a stand-in judge answering SGLang's /generate shape."""
+    import http.server
+    import importlib.util
+    import math
+    import threading
+
+    seen = []
+
+    class Judge(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, body))
+            out = {"text": "x", "meta_info": {"input_token_logprobs": [[None, 1, None], [-1.0, 2, None],
+                                                                       [-3.0, 3, None]]}}
+            data = json.dumps(out).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Judge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        spec = importlib.util.spec_from_file_location("judge_reward", ROOT / "examples" / "judge_reward.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        asked = []
+        monkeypatch.setattr(module, "model_url", lambda name: asked.append(name) or
+                            f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.delenv("VSL_TOPOLOGY_EVIDENCE_DIR", raising=False)
+        result = module.compute_score("gsm8k", "42", "42")
+    finally:
+        server.shutdown()
+    assert asked == ["judge"]
+    path, body = seen[0]
+    assert path == "/generate" and body["text"] == "Answer: 42" and body["return_logprob"] is True
+    assert result == {"score": math.exp(-2.0), "judge_mean_logprob": -2.0}
