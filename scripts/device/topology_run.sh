@@ -16,7 +16,8 @@ rm -rf "$EVIDENCE"; mkdir -p "$EVIDENCE"
 python3 -m verl_sglang_lora.tools.offline_assets --out "$ASSETS" >/dev/null
 # MODEL_PATH/DATA given: the example then leaves the reward to us (no offline_reward override to collide with)
 START=$(date +%s)
-MODEL_PATH=$ASSETS/model DATA=$ASSETS/testset STEPS=${STEPS:-4} VSL_TOPOLOGY_EVIDENCE_DIR=$EVIDENCE \
+# VSL_SKIP_SETUP=1: the example uses this host's python3 + the bundle (/tmp/site) as they are (env.sh)
+VSL_SKIP_SETUP=${VSL_SKIP_SETUP:-1} MODEL_PATH=$ASSETS/model DATA=$ASSETS/testset STEPS=${STEPS:-4} VSL_TOPOLOGY_EVIDENCE_DIR=$EVIDENCE \
     timeout "${E2E_TIMEOUT:-540}" bash examples/run_qwen3_lora_fsdp.sh "${SGLANG_GPU_ARGS[@]}" \
     actor_rollout_ref.rollout.engine_kwargs.sglang_lora.topology="$TOPOLOGY" \
     reward.custom_reward_function.path="$PWD/examples/judge_reward.py" \
