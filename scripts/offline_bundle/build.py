@@ -17,12 +17,14 @@ scripts/offline_bundle/install.sh reassembles and installs them on the device.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -30,7 +32,7 @@ LOCK = os.path.join(HERE, "requirements.lock")
 
 PY_VERSION = "3.12"
 # pip matches manylinux_2_N exactly, so list every N the host's glibc (>= 2.34) can run.
-PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (34, 31, 28, 27, 24, 17)] + [
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (34, 31, 28, 27, 24, 18, 17)] + [
     "manylinux2014_x86_64",
     "manylinux1_x86_64",
 ]
@@ -51,6 +53,13 @@ STRIP = {
     ],
     "ray": ["ray/jars/*", "ray/dashboard/client/build/*"],
     "xgrammar": ["xgrammar/lib/*.a"],
+    # triton (only in a bundle that carries its own torch, requirements-sglang0.5.23.lock): the Blackwell ptxas,
+    # nvdisasm (disassembly only) and the static CUPTI/nvperf archives (for C++ linking).
+    "triton": [
+        "triton/backends/nvidia/bin/ptxas-blackwell",
+        "triton/backends/nvidia/bin/nvdisasm",
+        "triton/backends/nvidia/lib/cupti/*.a",
+    ],
 }
 
 
@@ -58,9 +67,10 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
-def read_lock(groups):
+def read_lock(groups, lock=LOCK):
+    """Pins of the given [groups] of a lock file; groups=None takes every group in the file."""
     pins, group = [], None
-    with open(LOCK) as f:
+    with open(lock) as f:
         for raw in f:
             line = raw.split("#", 1)[0].strip()
             if not line:
@@ -69,7 +79,7 @@ def read_lock(groups):
             if m:
                 group = m.group(1)
                 continue
-            if group not in groups:
+            if groups is not None and group not in groups:
                 continue
             sdist = line.endswith("!sdist")
             spec = line.replace("!sdist", "").strip()
@@ -120,6 +130,8 @@ def assemble(pins, raw, dist):
         src = find_wheel(raw, name, version)
         dst = os.path.join(dist, os.path.basename(src))
         globs = STRIP.get(norm(name))
+        if globs and not any(fnmatch.fnmatch(n, g) for n in zipfile.ZipFile(src).namelist() for g in globs):
+            globs = None  # e.g. xgrammar 0.2.7 ships no static library: nothing to strip, keep it as published
         if globs:
             subprocess.run([sys.executable, os.path.join(HERE, "strip_wheel.py"), src, dst, *globs], check=True)
         else:
@@ -175,9 +187,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, ".whl"))
     ap.add_argument("--part-mb", type=int, default=50)
+    ap.add_argument("--lock", default=LOCK,
+                    help="lock file (default requirements.lock, SGLang 0.5.12); e.g. requirements-sglang0.5.23.lock "
+                         "with --out .whl/sglang-0.5.23")
     args = ap.parse_args()
-    groups = {"core", "verl"}
-    pins = read_lock(groups)
+    # The default lock keeps its historical groups; another lock is read whole ([torch], [core], [verl], ...).
+    groups = {"core", "verl"} if os.path.abspath(args.lock) == LOCK else None
+    pins = read_lock(groups, args.lock)
     raw, dist, parts = (os.path.join(args.out, d) for d in ("raw", "dist", "parts"))
     fetch(pins, raw)
     wheels = assemble(pins, raw, dist)
