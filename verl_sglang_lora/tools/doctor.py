@@ -160,30 +160,44 @@ def verl_loads_entry_points() -> bool | None:
 
 # ---- subprocess probes -----------------------------------------------------------------------------------
 class Probe:
-    """A python snippet run in a fresh interpreter, started early so it overlaps the in-process checks."""
+    """A python snippet run in a fresh interpreter, started early so it overlaps the in-process checks.
+
+    A probe's answer depends only on the snippet, the interpreter and its environment, none of which change inside
+    one process: a second doctor run in the same process (a test suite, a notebook) reuses the answer instead of
+    starting the interpreter again (~10 s of imports each)."""
+
+    _answers: dict[tuple, tuple[Any, str]] = {}
 
     def __init__(self, code: str, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
+        full_env = {**os.environ, **(env or {})}
+        self.key = (code, sys.executable, tuple(sorted(full_env.items())))
+        self.proc = None if self.key in Probe._answers else subprocess.Popen(
             [sys.executable, "-c", code],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **(env or {})},
+            env=full_env,
         )
 
     def result(self, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[Any, str]:
         """(parsed payload or None, stderr tail)."""
+        if self.proc is None:
+            return Probe._answers[self.key]
         try:
             out, err = self.proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.communicate()
-            return None, f"timed out after {timeout_s:.0f}s"
+            return None, f"timed out after {timeout_s:.0f}s"  # not remembered: the next run tries again
         for line in reversed(out.splitlines()):
             if line.startswith(PROBE_PREFIX):
-                return json.loads(line[len(PROBE_PREFIX):]), ""
-        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-        return None, (lines[-1] if lines else f"exit code {self.proc.returncode}, no output")
+                answer: tuple[Any, str] = (json.loads(line[len(PROBE_PREFIX):]), "")
+                break
+        else:
+            lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+            answer = (None, lines[-1] if lines else f"exit code {self.proc.returncode}, no output")
+        Probe._answers[self.key] = answer
+        return answer
 
 
 # ---- SGLang read from its source (CPU hosts that cannot import it) -------------------------------------
@@ -310,7 +324,7 @@ class Doctor:
                 self.guarded("request shape", self.check_request_shape)
         finally:
             for probe in (registration, self.sglang_probe):
-                if probe is not None and probe.proc.poll() is None:
+                if probe is not None and probe.proc is not None and probe.proc.poll() is None:
                     probe.proc.kill()
                     probe.proc.communicate()
         order = sorted(range(len(self.checks)), key=lambda i: self._order[i])
