@@ -39,8 +39,9 @@ class PluginSettings:
     snapshot_dir: str = ""
     """Where the newest adapter is kept for a restarted server (node-local; empty = the temp dir)."""
     topology: str = ""
-    """Path of an SGLang topology YAML (models -> server groups, docs/topology.md); validated and planned by
-    `verl-sglang-lora doctor`. The run does not launch it yet (issue 18 items 2-3)."""
+    """Path of an SGLang topology YAML (models -> server groups, docs/topology.md): each actor group's overrides go
+    to its rollout replicas, frozen models are launched by the plugin and found by name
+    (``verl_sglang_lora.topology.model_url``); `verl-sglang-lora doctor` prints the placement and the run's checks."""
     served_effect_check: str = "on"
     """Every step, in the trainer: the served-effect ratio k of (rollout - ref) on (old - ref) log-probs must be 1
     within a bf16-derived tolerance (runtime/sync/served_effect.py). on: a mismatch stops the run; warn: logged as an

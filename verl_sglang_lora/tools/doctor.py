@@ -469,8 +469,21 @@ class Doctor:
         for warning in topo.warnings:
             self.add("topology", WARN, warning, warning.rsplit("; ", 1)[-1])
         self.add("topology", OK, summary(topo, rows) + " (placement table below)")
-        self.add("topology launch", WARN, "validated and planned only: the run does not launch frozen models nor "
-                 "apply per-group overrides yet (issue 18 items 2-3)", "docs/topology.md, What runs")
+        self.guarded("topology launch", self.check_topology_launch, cfg, topo)
+
+    def check_topology_launch(self, cfg: Any, topo: Any) -> None:
+        """What the run itself would refuse (topology/run_checks.py), before any GPU is taken."""
+        from verl_sglang_lora.topology.run_checks import topology_problems
+
+        problems = topology_problems(_select(cfg, "actor_rollout_ref.rollout"), _select(cfg, "actor_rollout_ref.model"))
+        for problem in problems:
+            detail, _, fix = problem.partition(". Fix: ")
+            self.add("topology launch", FAIL, detail, fix or "docs/topology.md")
+        if not problems:
+            frozen = [m.name for m in topo.models if not m.update_weights]
+            self.add("topology launch", OK, "the run applies each actor group's overrides to its replicas and launches "
+                     f"{len(frozen)} frozen model(s) ({', '.join(frozen) or 'none'}), found by name with "
+                     "verl_sglang_lora.topology.model_url")
 
     def check_megatron_stack(self, cfg: Any) -> None:
         """verl 0.9.1 trains Megatron LoRA only through Megatron-Bridge, which imports TransformerEngine's torch
