@@ -172,6 +172,25 @@ def test_scheduler_priming_update_is_empty_on_every_rank(probes, version):
     assert patches["patches"] is (version not in ("0.5.8", "0.5.12"))
 
 
+# None: the path runs; else a word of the reason it does not (the answer docs/compatibility.md gives)
+RESIDENT = {"0.5.8": None, "0.5.12": None, "0.5.18": None, "0.5.23": "weight-update session"}
+# whether the server primes the scheduler after launch: not where a tensor update outside a weight-update session is
+# refused (0.5.23), whose adapter load applies the torch patch itself
+PRIMES = {"0.5.8": True, "0.5.12": True, "0.5.18": True, "0.5.23": False}
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_resident_support_per_release(probes, version):
+    """Read from that release's own code: whether the resident in-place path applies, whether the server primes the
+    scheduler, and that the launch wrapper keeps the release's ServerArgs fields."""
+    res = _get(probes, "sglang", version)["plugin"]["resident"]
+    assert res["ok"], res.get("error")
+    assert (res["unsupported"] is None) if RESIDENT[version] is None else (RESIDENT[version] in res["unsupported"])
+    assert "scheduler ranks" in res["unsupported_two_ranks"]  # TP x DP > 1: no per-rank sources yet
+    assert res["primes"] is PRIMES[version]
+    assert res["wrapper_keeps_fields"] is True
+
+
 @pytest.mark.parametrize("version, launch", [_param(v, "launch_args", n) for v in SGLANG_RELEASES for n in LAUNCHES])
 def test_launch_args_pass_the_release_server_args_check(probes, version, launch):
     data = _get(probes, "sglang", version)

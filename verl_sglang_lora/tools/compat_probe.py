@@ -389,7 +389,8 @@ def plugin_contract(sg: SGLang) -> dict:
     out["request_per_tensor"] = step(lambda: one_request(1, flatten=False))  # the path for releases without it
     out["empty_tensor_update"] = step(lambda: empty_update_round_trip(sg))
     out["lora_load_patches_reducers"] = step(lambda: {"patches": lora_load_patches_reducers(sg)})
-    out["resident"] = step(lambda: {"ok": True, "unsupported": installed_facts()["resident_unsupported"]})
+    out["resident"] = step(lambda: {"ok": True, "unsupported": installed_facts()["resident_unsupported"],
+                                    **resident_release_facts()})
 
     launches = {
         "all_linear": "all-linear",  # FSDP default model.target_modules
@@ -467,6 +468,23 @@ def registration_facts() -> dict[str, bool]:
     from verl_sglang_lora.verl_glue.registration import registration_state
 
     return registration_state()
+
+
+def resident_release_facts() -> dict[str, Any]:
+    """What the server decides per release: the resident path with two scheduler ranks (refused: the client places
+    no per-rank sources yet), whether it primes the scheduler after launch, and whether the launch wrapper keeps
+    the release's ServerArgs fields (dataclass or msgspec)."""
+    from sglang.srt.server_args import ServerArgs
+
+    from verl_sglang_lora.sglang_contract.ipc_reducers import needs_priming
+    from verl_sglang_lora.verl_glue.server_args import wrap_server_args
+
+    def fields(cls: Any) -> list[str]:
+        return sorted(getattr(cls, "__dataclass_fields__", None) or getattr(cls, "__struct_fields__", ()))
+
+    wrapped = wrap_server_args(ServerArgs, {"enable_lora": True, "custom_weight_loader": ["x"]})
+    return {"unsupported_two_ranks": resident_reason("auto", 2), "primes": needs_priming(),
+            "wrapper_keeps_fields": fields(wrapped) == fields(ServerArgs)}
 
 
 def resident_reason(mode: str, ranks: int) -> str | None:
