@@ -4,6 +4,10 @@
 # With no MODEL_PATH/DATA it uses the tiny offline model + synthetic set and one GPU.
 # The served-effect check (docs/reliability.md) needs the rollout's log-probs (rollout.calculate_log_probs=True)
 # and the base model's (a reference policy: use_kl_loss=True; kl_loss_coef=0 leaves the loss unchanged).
+# Set-up, in this order (README, The two commands): (1) the GPU check, seconds, nothing built: without a usable GPU
+# one message and exit code 2; (2) the tested stack: this python if it has it, else an env built once from the
+# constraints file or the offline bundle (.venv-gpu, VSL_GPU_ENV=DIR, VSL_BUNDLE=DIR|none) and reused after
+# (VSL_SKIP_SETUP=1: use $PYTHON as it is); (3) the package check in that env; (4) the run with its python.
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
@@ -19,8 +23,19 @@ ATTN_BACKEND=${ATTN_BACKEND:-flash}
 EXP=${EXP:-qwen3_lora_sglang_megatron}
 ASSETS=${ASSETS:-$PWD/.assets/tiny}
 
-# stop in seconds, with one message, where the run cannot start (no GPU, a package of the recipe missing)
-"$PYTHON" -m verl_sglang_lora.tools.preflight --gpus "${NGPUS:-1}" || exit 2
+# the plugin from this checkout, in every step below and in Ray's workers (they inherit the environment)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+command -v "$PYTHON" >/dev/null \
+    || { echo "verl-sglang-lora: no '$PYTHON' here. Fix: PYTHON=/path/to/python3 (3.10-3.12)" >&2; exit 2; }
+
+"$PYTHON" -m verl_sglang_lora.tools.preflight --gpu-only --gpus "$NGPUS" || exit 2
+CHECK=()
+if [[ "${VSL_SKIP_SETUP:-0}" != 1 ]]; then
+    PYTHON=$("$PYTHON" -m verl_sglang_lora.tools.gpu_env --skip-gpu-check --gpus "$NGPUS" --megatron) || exit 2
+    CHECK=(--constraints auto)  # the env was built to the tested set: every pin must be there
+fi
+"$PYTHON" -m verl_sglang_lora.tools.preflight --gpus "$NGPUS" "${CHECK[@]}" --megatron --attn-backend "$ATTN_BACKEND" || exit 2
 
 if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
     "$PYTHON" -m verl_sglang_lora.tools.offline_assets --out "$ASSETS" >/dev/null
