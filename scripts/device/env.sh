@@ -4,6 +4,8 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export FLASHINFER_DISABLE_VERSION_CHECK=1 RAY_DEDUP_LOGS=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# the examples set up their own environment on a fresh host; here the bundle in /tmp/site is the environment
+export VSL_SKIP_SETUP=1
 # Triton kernels compiled on one machine are kept for the next (validate_all.sh tars them into $OUT): the
 # first LoRA generate on a bare machine spent ~100 s compiling.
 export TRITON_CACHE_DIR=/tmp/triton_cache
