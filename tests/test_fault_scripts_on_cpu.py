@@ -636,3 +636,37 @@ def test_faults_sh_injects_each_fault_at_its_version_and_reports(tmp_path) -> No
     assert [(m["fault"], m["steps_done"]) for m in marks] == [
         ("unload_fail", 2), ("scheduler_kill", 4), ("actor_kill_rollout", 6), ("actor_kill_sync", 8)]
     assert "its title showed .generate" in marks[2]["how"]
+
+
+# ---- served_scale: SGLang serves the adapter mis-scaled, the trainer keeps its scaling (the proof run) ----------
+def test_served_scale_rescales_what_sglang_gets_from_its_version_on(monkeypatch) -> None:
+    monkeypatch.setenv(fi.ENV, "served_scale:v3:0.25")
+    config = {"r": 16, "lora_alpha": 32.0}
+    assert fi.served_config(config, 2) is config  # before version 3: untouched
+    assert fi.served_config(config, 3) == {"r": 16, "lora_alpha": 8.0} and config["lora_alpha"] == 32.0
+    assert fi.served_config(config, 7)["lora_alpha"] == 8.0  # every later version too
+    monkeypatch.delenv(fi.ENV)
+    assert fi.served_config(config, 7) is config
+
+
+def test_served_scale_entries_are_checked_and_never_fire_on_unloads(monkeypatch) -> None:
+    for bad in ("served_scale:3:0.5", "served_scale:v3", "served_scale:v3:0", "served_scale:v3:x"):
+        with pytest.raises(ValueError, match=fi.ENV):
+            fi.parse_spec(bad)
+    injector = fi.UnloadInjector(fi.parse_spec("served_scale:v1:0.5"))
+    asyncio.run(injector.before_unload("verl_lora_v1"))  # no exception, no stall: not an unload fault
+
+
+def test_a_slot_served_at_another_scaling_fails_the_clients_check() -> None:
+    """What the resident path does with a served_scale fault: the loader reports the scaling SGLang applies to the
+    slot, and the client refuses it against the trainer's (then loads the version the ordinary way, loudly)."""
+    from verl_sglang_lora.runtime.resident import protocol as P
+    from verl_sglang_lora.runtime.resident.requests import LoaderCall, check_results
+
+    status, message = P.new_status(), P.new_message(64)
+    P.write_status(status, {P.STATE: P.OK, P.SCALING_BITS: P.float_to_bits(0.5), P.LORA_R: 16,
+                            P.SRC0: 1, P.SRC1: 2, P.DST0: 1, P.DST1: 2})
+    call = LoaderCall("write", "verl_lora_slot1", [], status, message)
+    assert check_results([call], 0.5) is None
+    failed = check_results([call], 2.0)
+    assert failed and "scaling 0.5" in failed and "trainer's scaling is 2" in failed

@@ -9,7 +9,8 @@
 # 10 fault run (issue 17 item 3: one 12-step run, four faults at successive versions; FAULT_STEPS), 11 memory soak
 # (issue 17 item 4: SOAK_STEPS=50 steps, ~180 s + ~5 s a step = ~430 s; lower SOAK_STEPS if steps run slower).
 # 12 the sync matrix (issue 16 item 4: python -m verl_sglang_lora.benchmarks, ranks 8/32/128, both shapes; MATRIX_ARGS).
-# 10, 11 and 12 each need a call of their own: ONLY="10" ... 1 580, then ONLY="11" ... 1 580, ONLY="12" ... 1 580.
+# 13/14 the served-effect proof (issue 17 item 1: proof_run.sh pass / misscaled).
+# 10-14 each need a call of their own: ONLY="10" ... 1 580, then ONLY="11" ... 1 580, ONLY="12" ... 1 580.
 # Each step gets min(its own cap, what is left of BUDGET_S); a step that would get < 90 s is left for the next
 # call, printed as "NEXT_STEPS=..." (a device call is limited to 600 s). A verl run needs ~3 min to its first
 # step on a warm machine: 240 s caps end merge / no LoRA before step 1.
@@ -61,6 +62,8 @@ step() {
     10) run 575 env STEPS="${FAULT_STEPS:-12}" bash scripts/device/faults.sh ;;
     11) run 575 env STEPS="${SOAK_STEPS:-50}" bash scripts/device/soak.sh ;;
     12) run 575 matrix ;;
+    13) run 520 bash scripts/device/proof_run.sh pass ;;
+    14) run 520 bash scripts/device/proof_run.sh misscaled ;;
     *) echo "no step $1" >&2 ;;
     esac
 }
@@ -75,7 +78,7 @@ run() {
     return 0
 }
 
-steps=${ONLY:-$(seq -s ' ' "$FIRST" 12)}
+steps=${ONLY:-$(seq -s ' ' "$FIRST" 14)}
 left_over=()
 for n in $steps; do
     if [ ${#left_over[@]} -gt 0 ]; then left_over+=("$n"); continue; fi  # keep the order after a deferral

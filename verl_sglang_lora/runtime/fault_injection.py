@@ -1,4 +1,4 @@
-"""TEST-ONLY fault injection into the server actor's adapter unloads, for the GPU fault run (scripts/device/faults.sh).
+"""TEST-ONLY fault injection for the GPU fault and proof runs (scripts/device/faults.sh, proof_run.sh).
 
 Off unless ``VERL_SGLANG_LORA_INJECT`` is set in the server actor's environment (Ray workers inherit the driver's);
 a real run never sets it, and then the hook is one dictionary lookup per unload. It exists because two faults of
@@ -13,6 +13,10 @@ The value is a comma-separated list of ``KIND:WHICH[:SECONDS]``:
 - ``unload_stall``: the unload waits ``SECONDS`` (default 30) before going on. The unload runs inside
   ``sync_adapter`` (``_activate`` unloads the previous version), so the sync call stays open that long and an
   external kill lands mid-sync; the hook's log line tells the script when.
+
+- ``served_scale:vK:FACTOR``: from adapter version K on, the adapter config the weight-sync client sends to SGLang
+  carries ``lora_alpha * FACTOR`` while the trainer keeps its own scaling: SGLang then serves the adapter mis-scaled
+  (the rsLoRA bug class). The resident loader's scaling check and the trainer's served-effect check must catch it.
 
 ``WHICH`` is ``N`` (the Nth unload this server process attempts, 1-based; a Ray-restarted actor counts from 0 again)
 or ``vK`` (the first unload of adapter version K, any revision: stable across restarts, because a restarted server
@@ -33,7 +37,8 @@ from verl_sglang_lora.runtime.sync.versions import NAME_PREFIX
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError
 
 ENV = "VERL_SGLANG_LORA_INJECT"
-KINDS = ("unload_fail", "unload_stall")
+KINDS = ("unload_fail", "unload_stall", "served_scale")
+UNLOAD_KINDS = ("unload_fail", "unload_stall")
 DEFAULT_STALL_S = 30.0
 UNLOAD_METHOD = "unload_lora_adapter"  # the method name _sglang_call puts in its SGLangRequestError
 _VERSION_RE = re.compile(rf"^{re.escape(NAME_PREFIX)}(\d+)(?:r\d+)?$")
@@ -48,6 +53,7 @@ class Fault:
     nth: int | None = None  # the Nth unload attempt of this process
     version: int | None = None  # or: the first unload of this adapter version
     seconds: float = DEFAULT_STALL_S
+    factor: float = 1.0  # served_scale: lora_alpha sent to SGLang is multiplied by this
 
     def matches(self, count: int, name: str) -> bool:
         if self.nth is not None:
@@ -71,14 +77,19 @@ def parse_spec(text: str) -> list[Fault]:
         kind, which = parts[0], parts[1]
         try:
             nth, version = (None, int(which[1:])) if which.startswith("v") else (int(which), None)
-            seconds = float(parts[2]) if len(parts) == 3 else DEFAULT_STALL_S
+            value = float(parts[2]) if len(parts) == 3 else None
         except ValueError:
-            raise ValueError(f"{ENV}: bad entry {entry!r}; N, K and SECONDS must be numbers") from None
-        if (nth is not None and nth < 1) or (version is not None and version < 0) or seconds < 0:
+            raise ValueError(f"{ENV}: bad entry {entry!r}; N, K, SECONDS and FACTOR must be numbers") from None
+        if (nth is not None and nth < 1) or (version is not None and version < 0) or (value is not None and value < 0):
             raise ValueError(f"{ENV}: bad entry {entry!r}; N >= 1, K >= 0, SECONDS >= 0")
-        if len(parts) == 3 and kind != "unload_stall":
+        if kind == "served_scale":
+            if version is None or value is None or value <= 0:
+                raise ValueError(f"{ENV}: bad entry {entry!r}; served_scale takes vK:FACTOR with FACTOR > 0")
+            faults.append(Fault(kind, None, version, factor=value))
+            continue
+        if value is not None and kind != "unload_stall":
             raise ValueError(f"{ENV}: bad entry {entry!r}; only unload_stall takes SECONDS")
-        faults.append(Fault(kind, nth, version, seconds))
+        faults.append(Fault(kind, nth, version, DEFAULT_STALL_S if value is None else value))
     return faults
 
 
@@ -94,7 +105,7 @@ class UnloadInjector:
     async def before_unload(self, name: str) -> None:
         self.count += 1
         for i, fault in enumerate(self.faults):
-            if i in self.fired or not fault.matches(self.count, name):
+            if fault.kind not in UNLOAD_KINDS or i in self.fired or not fault.matches(self.count, name):
                 continue
             self.fired.add(i)
             # the line faults.sh waits for (kind and adapter name in fixed places); WARNING so it is never filtered
@@ -124,3 +135,17 @@ async def before_unload(name: str) -> None:
     active = injector()
     if active is not None:
         await active.before_unload(name)
+
+
+def served_config(config: dict, version: int) -> dict:
+    """The adapter config to send to SGLang for ``version``: ``config`` itself unless a ``served_scale`` fault covers
+    that version, then a copy with ``lora_alpha`` scaled (the trainer's own scaling is computed before this)."""
+    active = injector()
+    if active is None:
+        return config
+    for fault in active.faults:
+        if fault.kind == "served_scale" and version >= (fault.version or 0):
+            logger.warning("sglang_lora: fault_injection: served_scale x%g of version %d (%s=%s, test-only)",
+                           fault.factor, version, ENV, active.spec)
+            return {**config, "lora_alpha": float(config["lora_alpha"]) * fault.factor}
+    return config

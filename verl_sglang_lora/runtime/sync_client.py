@@ -19,6 +19,7 @@ import torch
 
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import sleep_level
+from verl_sglang_lora.runtime.fault_injection import served_config
 from verl_sglang_lora.runtime.resident.requests import ResidentRequests, check_results
 from verl_sglang_lora.runtime.resident.support import resident_enabled
 from verl_sglang_lora.runtime.settings import PluginSettings
@@ -127,11 +128,12 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         config_dict = normalize_peft_config(
             peft_config, rank=self.lora.rank, alpha=self.lora.alpha, modules=adapter.module_leaves()
         )
+        self._served_scaling = float(config_dict["lora_alpha"]) / float(config_dict["r"])
+        config_dict = served_config(config_dict, version)  # TEST-ONLY (fault_injection.py): a no-op unless enabled
         t_collect = time.perf_counter()
         inplace = self._resident is not None and self._resident_attached == self._collector.layouts_built
         fields = {} if inplace else self._request_fields(config_dict, adapter)
         calls, resident = self._resident_calls(adapter, config_dict, version, inplace)
-        self._served_scaling = float(config_dict["lora_alpha"]) / float(config_dict["r"])
         t_request = time.perf_counter()
         snapshot_ms = await self._snapshot(version, adapter, config_dict, global_steps)
         canary = None
