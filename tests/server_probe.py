@@ -267,6 +267,25 @@ def start_probe_server(model_path: str, snapshot_dir: str, *extra: str) -> tuple
     return cfg, actor
 
 
+def push_down_proj_version(server: Any, version: int) -> dict:
+    """One adapter sync of a one-module (layer 0 down_proj, r 8) adapter whose lora_A is filled with the version
+    number, as a versioned tensor load; the server actor's reply."""
+    import ray
+    import torch
+
+    from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
+    from verl_sglang_lora.runtime.sync.metrics import SyncStats
+    from verl_sglang_lora.sglang_contract.lora_request import lora_request_fields
+
+    prefix = "base_model.model.model.layers.0.mlp.down_proj"
+    config = {"r": 8, "lora_alpha": 16, "target_modules": ["down_proj"], "peft_type": "LORA"}
+    tensors = {f"{prefix}.lora_A.weight": torch.full((8, 128), float(version)),
+               f"{prefix}.lora_B.weight": torch.zeros(64, 8)}
+    fields = lora_request_fields(config, tensors, tp_size=2)
+    return ray.get(server.sync_adapter.remote(AdapterPush(version, f"fp{version}", version, fields,
+                                                          SyncStats(version=version))))
+
+
 def run_probe_script(script: str, *args: str, extra_env: dict[str, str] | None = None) -> dict:
     """Run a probe script in a fresh interpreter (SGLang caches import-time facts) with the repo and the sgl_kernel
     stub on the path; returns the JSON object it prints last."""

@@ -13,22 +13,15 @@ _SCRIPT = r"""
 import json, sys
 from verl_sglang_lora.tools.compat_probe import stub_inert_modules
 stub_inert_modules()
-import ray, torch
-from tests.server_probe import start_probe_server
-from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
-from verl_sglang_lora.runtime.sync.metrics import SyncStats
-from verl_sglang_lora.sglang_contract.lora_request import lora_request_fields
+import ray
+from tests.server_probe import push_down_proj_version, start_probe_server
 
 cfg, srv = start_probe_server(sys.argv[1], sys.argv[2],
                               "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.http_timeout_s=0.5")
-prefix = "base_model.model.model.layers.0.mlp.down_proj"
-config = {"r": 8, "lora_alpha": 16, "target_modules": ["down_proj"], "peft_type": "LORA"}
 
 def push(version):
-    tensors = {f"{prefix}.lora_A.weight": torch.full((8, 128), float(version)), f"{prefix}.lora_B.weight": torch.zeros(64, 8)}
-    fields = lora_request_fields(config, tensors, tp_size=2)
     try:
-        r = ray.get(srv.sync_adapter.remote(AdapterPush(version, f"fp{version}", version, fields, SyncStats(version=version))))
+        r = push_down_proj_version(srv, version)
         return {"name": r["name"], "action": r["action"]}
     except Exception as exc:
         return {"error": str(exc).splitlines()[-1][:400] if str(exc) else type(exc).__name__,
