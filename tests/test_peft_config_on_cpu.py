@@ -101,3 +101,17 @@ def test_installed_sglang_is_asked_whether_it_reads_the_string():
 
     utils = pytest.importorskip("sglang.srt.lora.utils")
     assert sglang_reads_all_linear_string() is (utils.get_normalized_target_modules("all-linear") == {"all"})
+
+
+def test_trainer_scaling_is_read_before_the_rslora_fold_and_agrees_with_what_sglang_gets() -> None:
+    """The scaling the served slot is checked against comes from the config as handed over: peft's formula, not
+    the normalized config's own lora_alpha / r (which a wrong fold would make agree with itself)."""
+    from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config, trainer_scaling
+
+    for raw, want in (({"r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}, 2.0),
+                      ({"r": 16, "lora_alpha": 32, "use_rslora": True, "target_modules": ["q_proj"]}, 8.0),
+                      ({"rank": 8, "alpha": 4, "target_modules": ["q_proj"]}, 0.5)):
+        assert trainer_scaling(raw) == pytest.approx(want)
+        served = normalize_peft_config(raw)
+        assert served["lora_alpha"] / served["r"] == pytest.approx(want)  # what SGLang's lora_alpha / r gives
+    assert trainer_scaling({}, rank=32, alpha=64) == 2.0  # a producer that hands over no config fields

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # GPU proof of the served-effect check (issue 17 item 1): the FSDP example with an adapter trained hard enough that its
-# effect stands far above bf16 noise (high LR), served correctly (the check must pass) or mis-scaled from version K on
-# (VERL_SGLANG_LORA_INJECT=served_scale:vK:FACTOR, test-only: SGLang gets lora_alpha x FACTOR, the trainer keeps its own
-# scaling). Expected when mis-scaled: the resident loader's scaling check fails at version K (ERROR, fallback to a
-# versioned load), then the served-effect check stops the run with both numbers (ServedEffectMismatch).
+# effect stands far above bf16 noise (high LR), served correctly (the check must pass) or mis-scaled
+# (VERL_SGLANG_LORA_INJECT=served_scale:v0:FACTOR, test-only: the adapter config SGLang gets carries lora_alpha x FACTOR,
+# the trainer keeps its own scaling). The config reaches SGLang only when an adapter is loaded -- the two resident
+# slots at the first sync (version 0), versioned loads after a fallback; in-place writes carry tensors only -- so the
+# fault starts at version 0 by default. Expected: the resident scaling check fails at the slots' creation (ERROR,
+# versioned loads from then on, each mis-scaled), then the served-effect check stops the run (ServedEffectMismatch).
 #   bash scripts/device/proof_run.sh pass        (log: $LOGDIR/e2e_proof_pass.log)
 #   bash scripts/device/proof_run.sh misscaled   (log: $LOGDIR/e2e_proof_misscaled.log)
 set -uo pipefail
@@ -14,7 +16,7 @@ ARGS=("${SGLANG_GPU_ARGS[@]}" actor_rollout_ref.actor.optim.lr="${PROOF_LR:-2e-3
       ++actor_rollout_ref.rollout.engine_kwargs.sglang_lora.served_effect_check=on)
 case $MODE in
     pass) unset VERL_SGLANG_LORA_INJECT ;;
-    misscaled) export VERL_SGLANG_LORA_INJECT="served_scale:v${PROOF_SCALE_VERSION:-4}:${PROOF_SCALE:-0.25}" ;;
+    misscaled) export VERL_SGLANG_LORA_INJECT="served_scale:v${PROOF_SCALE_VERSION:-0}:${PROOF_SCALE:-0.25}" ;;
     *) echo "unknown mode $MODE (pass|misscaled)" >&2; exit 2 ;;
 esac
 START=$(date +%s)

@@ -16,7 +16,9 @@ The value is a comma-separated list of ``KIND:WHICH[:SECONDS]``:
 
 - ``served_scale:vK:FACTOR``: from adapter version K on, the adapter config the weight-sync client sends to SGLang
   carries ``lora_alpha * FACTOR`` while the trainer keeps its own scaling: SGLang then serves the adapter mis-scaled
-  (the rsLoRA bug class). The resident loader's scaling check and the trainer's served-effect check must catch it.
+  (the rsLoRA bug class). The config reaches SGLang only when an adapter is loaded (the resident slots at the first
+  sync of a launch, versioned loads); in-place writes carry tensors only, so use v0 with the resident path. The
+  resident loader's scaling check and the trainer's served-effect check must catch it.
 
 ``WHICH`` is ``N`` (the Nth unload this server process attempts, 1-based; a Ray-restarted actor counts from 0 again)
 or ``vK`` (the first unload of adapter version K, any revision: stable across restarts, because a restarted server

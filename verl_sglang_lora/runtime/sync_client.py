@@ -30,7 +30,7 @@ from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector, FlatAda
 from verl_sglang_lora.runtime.sync.metrics import SyncStats
 from verl_sglang_lora.runtime.sync.snapshot import write_snapshot
 from verl_sglang_lora.runtime.sync.versions import adapter_name
-from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
+from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config, trainer_scaling
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, lora_module_path
 from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
 from verl_sglang_lora.verl_glue.config_guards import check_config
@@ -56,7 +56,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config))
         self._resident = ResidentRequests(current_device()) if on and current_device() is not None else None
         self._resident_attached = -1  # the collector layout the server's slots are attached to (-1: none)
-        self._served_scaling: float | None = None  # the trainer's lora_alpha / r as SGLang must apply it
+        self._served_scaling: float | None = None  # the trainer's peft scaling, which SGLang's lora_alpha / r must equal
         if self.lora.as_adapter and self.settings.device_collect:
             install_device_collect()
         self._internal_version = -1
@@ -128,7 +128,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         config_dict = normalize_peft_config(
             peft_config, rank=self.lora.rank, alpha=self.lora.alpha, modules=adapter.module_leaves()
         )
-        self._served_scaling = float(config_dict["lora_alpha"]) / float(config_dict["r"])
+        self._served_scaling = trainer_scaling(peft_config, rank=self.lora.rank, alpha=self.lora.alpha)
         config_dict = served_config(config_dict, version)  # TEST-ONLY (fault_injection.py): a no-op unless enabled
         t_collect = time.perf_counter()
         inplace = self._resident is not None and self._resident_attached == self._collector.layouts_built

@@ -127,6 +127,27 @@ def adapter_config_problems(config: Mapping[str, Any], where: str, *, as_adapter
     return problems
 
 
+def _plain_config(peft_config: Any) -> Mapping[str, Any]:
+    if hasattr(peft_config, "to_dict") and not isinstance(peft_config, Mapping):
+        peft_config = peft_config.to_dict()  # a peft LoraConfig object
+    peft_config = to_plain(peft_config)
+    if not isinstance(peft_config, Mapping):
+        raise LoRAConfigError(f"adapter config must be a dict or peft LoraConfig, got {type(peft_config).__name__}")
+    return peft_config
+
+
+def trainer_scaling(peft_config: Any, *, rank: int | None = None, alpha: float | None = None) -> float:
+    """The scaling the trainer's peft applies, read from the config as handed over (before ``normalize_peft_config``
+    folds rsLoRA into ``lora_alpha``): what the served slot's ``lora_alpha / r`` must equal. Independent of the fold,
+    so a wrong fold shows as a mismatch instead of agreeing with itself."""
+    config = _plain_config(peft_config)
+    r = int(config.get("r", config.get("rank", rank)) or 0)
+    a = config.get("lora_alpha", config.get("alpha", alpha if alpha is not None else r))
+    if r <= 0:
+        raise LoRAConfigError("adapter config has no positive rank `r`")
+    return float(a) / (math.sqrt(r) if _truthy(config.get("use_rslora")) else r)
+
+
 def normalize_peft_config(
     peft_config: Any,
     *,
@@ -141,12 +162,7 @@ def normalize_peft_config(
     """
     if peft_config is None:
         raise LoRAConfigError("no adapter config was handed to the LoRA sync (peft_config=None) in adapter mode")
-    if hasattr(peft_config, "to_dict") and not isinstance(peft_config, Mapping):
-        peft_config = peft_config.to_dict()  # a peft LoraConfig object
-    peft_config = to_plain(peft_config)
-    if not isinstance(peft_config, Mapping):
-        raise LoRAConfigError(f"adapter config must be a dict or peft LoraConfig, got {type(peft_config).__name__}")
-    out = {str(k): _plain_value(v) for k, v in peft_config.items()}
+    out = {str(k): _plain_value(v) for k, v in _plain_config(peft_config).items()}
 
     out["peft_type"] = str(out.get("peft_type") or "LORA").upper()
     if out["peft_type"] != "LORA":

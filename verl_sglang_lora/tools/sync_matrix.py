@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -215,6 +216,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         bench.call("load_lora_adapter", io_struct.LoadLoRAAdapterReqInput(lora_name=name, lora_path=str(d)))
         if prev["disk"]:
             unload(prev["disk"])
+            shutil.rmtree(workdir / prev["disk"], ignore_errors=True)  # /dev/shm is host memory: ~0.7 GB an 8B r128
         prev["disk"] = name
         return (time.perf_counter() - t0) * 1e3
 
@@ -352,13 +354,16 @@ def run_shape(shape: str, ranks: list[int], iters: int, warmup: int, mem: float,
 
     root = Path(tempfile.mkdtemp(prefix=f"matrix_{shape}_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
     model_dir = write_checkpoint(shape, root / "model", live=True)
-    bench = EngineBench(model_dir, max(ranks), mem, extra)
     try:
-        import sglang
+        bench = EngineBench(model_dir, max(ranks), mem, extra)
+        try:
+            import sglang
 
-        results = [run_rank(bench, r, iters, warmup, root) for r in ranks]
+            results = [run_rank(bench, r, iters, warmup, root) for r in ranks]
+        finally:
+            bench.stop()
     finally:
-        bench.stop()
+        shutil.rmtree(root, ignore_errors=True)  # the checkpoint (16 GB for 8B) and the adapters live in /dev/shm
     return {"shape": shape, "sglang": sglang.__version__, "ranks": results}
 
 

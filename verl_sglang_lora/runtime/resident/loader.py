@@ -102,6 +102,9 @@ def _copy(pairs: list[CopyPair], checksum: bool, state: Optional[SlotState] = No
         src = trainer_sum if trainer_sum is not None else flat_checksum(state.flat)
         dst = mirror.checksum()
         by = P.BY_TRAINER_SUM if trainer_sum is not None else P.BY_SOURCE
+        if not mirror.zero_blocks_clean():
+            raise ResidentError(12, "a zero block of the slot (rows SGLang zeroes, e.g. a missing k_proj) holds "
+                                    "non-zero bytes")
     else:
         src, dst = pair_checksums(pairs)
         by = P.BY_SOURCE

@@ -7,9 +7,10 @@ rebuilds the trainer's buffer from what the slot holds; its ``flat_checksum`` mu
 trainer computed over its buffer before the request. That compares the slot with the trainer's bytes, not with
 the (CUDA-IPC) source mapping the copy read from, so a stale mapping is caught too.
 
-It applies only where the rebuild is exact: every pair copies (no zero blocks), source and slot share the
-dtype, and the sources cover each element of the flat buffer's tensors exactly once (checked once, at build,
-with a counter buffer). Otherwise ``build`` returns the reason and the loader keeps the per-pair checksum.
+It applies only where the rebuild is exact: source and slot share the dtype, and the sources cover each element of
+the flat buffer's tensors exactly once (checked once, at build, with a counter buffer). Zero blocks (where SGLang
+writes zeros, e.g. the k rows of an adapter without ``k_proj``) are not part of the trainer's buffer: they are checked
+to hold only zero bytes. Otherwise ``build`` returns the reason and the loader keeps the per-pair checksum.
 """
 
 from __future__ import annotations
@@ -56,13 +57,20 @@ class Mirror:
     """The slot's pairs read back into the trainer buffer's layout."""
 
     buf: torch.Tensor  # uint8, same size as the trainer's flat buffer, zero outside the tensors
-    views: list[torch.Tensor]  # one per pair, the source's geometry inside ``buf``
+    views: list[torch.Tensor]  # one per copying pair, the source's geometry inside ``buf``
     dsts: list[torch.Tensor]
+    zeros: list[torch.Tensor]  # the slot's zero blocks
 
     def checksum(self) -> tuple[int, int]:
         """Read the slot back (one fused copy) and checksum the rebuilt buffer."""
         torch._foreach_copy_(self.views, self.dsts)
         return flat_checksum(self.buf)
+
+    def zero_blocks_clean(self) -> bool:
+        """Whether every zero block holds only zero bytes (bit patterns: a NaN or -0.0 is not clean)."""
+        if not self.zeros:
+            return True
+        return not bool(torch.stack([z.view(_INT_OF_SIZE[z.element_size()]).ne(0).any() for z in self.zeros]).any())
 
     @classmethod
     def build(cls, flat: torch.Tensor, pairs: Sequence[CopyPair], total_elements: int) -> tuple[Optional["Mirror"], str]:
@@ -70,10 +78,10 @@ class Mirror:
         (all its tensors), which the sources must cover exactly once for the rebuild to equal the trainer's buffer."""
         if flat.dtype != torch.uint8 or flat.dim() != 1 or not flat.is_contiguous():
             return None, f"the flat buffer is {flat.dtype}{tuple(flat.shape)}, not contiguous uint8"
+        zeros = [dst for src, dst in pairs if src is None]
+        pairs = [(src, dst) for src, dst in pairs if src is not None]
         if not pairs:
             return None, "no copy pairs"
-        if any(src is None for src, _ in pairs):
-            return None, "the plan writes zero blocks (e.g. a missing k_proj): not rebuilt from the slot"
         itemsize = pairs[0][0].element_size()
         if any(src.dtype != dst.dtype or src.element_size() != itemsize for src, dst in pairs):
             return None, "source and slot dtypes differ (the copy casts): bytes cannot be compared"
@@ -105,4 +113,4 @@ class Mirror:
         buf.zero_()
         typed = buf.view(pairs[0][0].dtype)
         views = [typed.as_strided(src.shape, src.stride(), off) for (src, _), off in zip(pairs, offsets)]
-        return cls(buf, views, [dst for _, dst in pairs]), ""
+        return cls(buf, views, [dst for _, dst in pairs], zeros), ""

@@ -8,16 +8,17 @@ header and status tensor, and the loader copies from the attached views.
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
-
-import math
 
 import torch
 
 from verl_sglang_lora.runtime.resident import protocol as P
 
 SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -29,6 +30,7 @@ class LoaderCall:
     blobs: list[bytes]
     status: torch.Tensor = field(repr=False)
     message: torch.Tensor = field(repr=False)
+    trainer_sum: bool = False  # the header carried the trainer's checksum for the loader to verify against
 
     def result(self) -> dict[str, Any]:
         out = P.read_status(self.status)
@@ -56,7 +58,7 @@ class ResidentRequests:
         named = P.request_tensors(op, status, adapter, message, flat, slot=slot, seq=self.seq, **fields)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the sources and the zeroed status are visible
-        return LoaderCall(op, slot, [MultiprocessingSerializer.serialize(named)], status, message)
+        return LoaderCall(op, slot, [MultiprocessingSerializer.serialize(named)], status, message, "sum0" in fields)
 
     def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor,
                checksum: tuple[int, int]) -> list[LoaderCall]:
@@ -75,6 +77,19 @@ class ResidentRequests:
         return {slot: self.call("write", slot, version=version, checksum=1, sum0=s0, sum1=s1) for slot in SLOTS}
 
 
+_warned_unmirrored = False
+
+
+def _warn_unmirrored(call: LoaderCall, result: dict) -> None:
+    """Once per process: the loader could not read the slot back into the trainer's layout, so its writes are checked
+    against the source views it reads (a stale mapping would not show); its log line says why."""
+    global _warned_unmirrored
+    _warned_unmirrored = True
+    logger.warning("sglang_lora: in-place writes to %s are verified against the source views, not the trainer's "
+                   "checksum (verified_by=%s): the loader could not build its read-back mirror -- the reason is in "
+                   "SGLang's scheduler log ('verified pair by pair')", call.slot, result["verified_by"])
+
+
 def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str | None:
     """None when every call the server ran succeeded (checksums equal, no mismatch, the slot served at
     ``scaling``), else the reason."""
@@ -90,6 +105,8 @@ def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str 
             return f"{call.op} {call.slot}: the loader never reported (status untouched)"
         if not r["ok"]:
             return f"{call.op} {call.slot}: {r['error_text'] or r['error']}: {r['message']}"
+        if call.trainer_sum and r["verified_by"] != P.BY_TRAINER_SUM and not _warned_unmirrored:
+            _warn_unmirrored(call, r)
         if call.op == "write" and r["src_checksum"] != r["dst_checksum"]:
             return f"write {call.slot}: slot checksum {r['dst_checksum']} != source {r['src_checksum']}"
         if call.op == "compare" and r["mismatches"]:
