@@ -31,7 +31,7 @@ from verl_sglang_lora.runtime.fault_injection import before_unload  # test-only 
 from verl_sglang_lora.runtime.recovery import RestartRecovery, ray_restart_options
 from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
-from verl_sglang_lora.sglang_contract.errors import SGLangRequestError
+from verl_sglang_lora.sglang_contract.errors import SGLangRequestError, request_outcome
 from verl_sglang_lora.runtime.resident import LOADER_PATH
 from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS
 from verl_sglang_lora.runtime.resident.slots import ResidentSlots
@@ -396,10 +396,9 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                                      "(engine_kwargs.sglang_lora.http_timeout_s); is SGLang's scheduler alive?") from None
         except Exception as exc:  # an assert or error inside SGLang's handler: keep its text
             raise SGLangRequestError(method, None, f"{type(exc).__name__}: {exc}") from exc
-        success, message = result if isinstance(result, tuple) else (getattr(result, "success", True),
-                                                                      getattr(result, "error_message", result))
-        if success is False:
-            raise SGLangRequestError(method, 200, str(message))
+        success, message = request_outcome(result)
+        if not success:
+            raise SGLangRequestError(method, 200, message)
         return result
 
     async def _serve_newest_adapter(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # (substring SGLang or torch prints, cause, fix). Order matters: the first match explains the error.
 KNOWN_ERRORS: tuple[tuple[str, str, str], ...] = (
@@ -77,3 +78,12 @@ class SGLangRequestError(RuntimeError):
         msg = f"SGLang {self.endpoint} failed ({status}): {self.body}"
         hint = explain(self.body)
         return f"{msg}\n  {hint}" if hint else msg
+
+
+def request_outcome(result: Any) -> tuple[bool, str]:
+    """(success, message) of a tokenizer-manager answer: a ``(success, message)`` tuple (weight updates) or an output
+    struct with ``success`` / ``error_message`` (adapter loads and unloads; without ``error_message`` the answer
+    itself is the message); an answer without ``success`` counts as success."""
+    if isinstance(result, tuple):
+        return result[0] is not False, str(result[1]) if len(result) > 1 else ""
+    return getattr(result, "success", True) is not False, str(getattr(result, "error_message", result))

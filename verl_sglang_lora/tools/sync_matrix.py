@@ -33,13 +33,12 @@ from typing import Any, Callable
 
 import torch
 
+from verl_sglang_lora.sglang_contract.errors import request_outcome
+from verl_sglang_lora.tools.benchmarks import pct
+from verl_sglang_lora.tools.sglang_launcher import free_ports
+
 PATHS = ("inplace", "versioned", "disk", "verl_stock")
 PROMPT_IDS = [(17 * i + 3) % 1000 + 10 for i in range(24)]  # token ids: the checkpoints carry no tokenizer
-
-
-def pct(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 @dataclass
@@ -80,7 +79,7 @@ class EngineBench:
 
         plan = lora_plan({"lora_rank": max_rank, "target_modules": "all-linear", "lora": {}})
         args = lora_launch_args(plan, resident=True)
-        os.environ.setdefault("SGLANG_GRPC_PORT", str(_free_port()))  # the default (port + 10000) can exceed 65535
+        os.environ.setdefault("SGLANG_GRPC_PORT", str(free_ports(1)[0]))  # the default (port + 10000) can exceed 65535
         self.engine = sglang.Engine(model_path=str(model_dir), mem_fraction_static=mem, skip_tokenizer_init=True,
                                     skip_server_warmup=True, log_level="warning", **args, **extra)
         self.tm = self.engine.tokenizer_manager
@@ -101,22 +100,13 @@ class EngineBench:
     def call(self, method: str, obj: Any) -> Any:
         """A tokenizer-manager request; SGLang's refusal raised with its message."""
         out = self.run(getattr(self.tm, method)(obj, None))
-        ok, message = (out[0], out[1]) if isinstance(out, tuple) else (getattr(out, "success", True),
-                                                                        getattr(out, "error_message", ""))
-        if ok is False:
+        ok, message = request_outcome(out)
+        if not ok:
             raise RuntimeError(f"{method}: {message}")
         return out
 
     def stop(self) -> None:
         self.engine.shutdown()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def logprobs(reply: dict) -> list[float]:
@@ -287,8 +277,9 @@ def stock_adapter(bench: EngineBench, config: dict) -> Callable[[list], None]:
 
         async def load_lora_adapter_from_tensor(self, req: Any) -> Any:
             out = await bench.tm.load_lora_adapter_from_tensors(req, None)
-            if getattr(out, "success", True) is False:
-                raise RuntimeError(getattr(out, "error_message", out))
+            ok, message = request_outcome(out)
+            if not ok:
+                raise RuntimeError(message)
             return out
 
     class _Mesh:  # device_mesh["infer_tp"]: TP-local rank 0 of a TP-1 mesh
@@ -402,4 +393,4 @@ def main(shapes: list[str], ranks: list[int], iters: int, warmup: int, mem: floa
     return 0 if all(r.get("correct") is not False for r in rows) else 1
 
 
-__all__ = ["PathTimes", "flat_rows", "print_table", "main", "run_shape", "pct"]
+__all__ = ["PathTimes", "flat_rows", "print_table", "main", "run_shape"]

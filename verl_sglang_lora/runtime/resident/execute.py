@@ -15,7 +15,7 @@ import torch
 
 from .plan import CopyPair
 
-_INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def run_copies(pairs: Iterable[CopyPair], non_blocking: bool = True) -> int:
@@ -46,7 +46,7 @@ _CHUNK = 1 << 24  # elements per fused checksum step: bounds the int64 temporari
 
 def _bits(flat: torch.Tensor) -> torch.Tensor:
     if flat.dtype.is_floating_point or flat.dtype.is_complex or flat.dtype == torch.bool:
-        flat = flat.view(_INT_VIEW[flat.element_size()])
+        flat = flat.view(INT_VIEW[flat.element_size()])
     return flat.to(torch.int64)
 
 

@@ -20,10 +20,10 @@ from typing import Optional, Sequence
 
 import torch
 
+from .execute import INT_VIEW
 from .plan import CopyPair
 
 _WEIGHTS: dict[tuple[str, int], torch.Tensor] = {}
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _weights(n: int, device: torch.device) -> torch.Tensor:
@@ -70,7 +70,7 @@ class Mirror:
         """Whether every zero block holds only zero bytes (bit patterns: a NaN or -0.0 is not clean)."""
         if not self.zeros:
             return True
-        return not bool(torch.stack([z.view(_INT_OF_SIZE[z.element_size()]).ne(0).any() for z in self.zeros]).any())
+        return not bool(torch.stack([z.view(INT_VIEW[z.element_size()]).ne(0).any() for z in self.zeros]).any())
 
     @classmethod
     def build(cls, flat: torch.Tensor, pairs: Sequence[CopyPair], total_elements: int) -> tuple[Optional["Mirror"], str]:
@@ -97,7 +97,7 @@ class Mirror:
                 return None, "a source view repeats elements (a replicated block): the rebuild would be ambiguous"
             offsets.append((start - base) // itemsize)
         buf = torch.zeros_like(flat)
-        counter = buf.view(_INT_OF_SIZE[itemsize])
+        counter = buf.view(INT_VIEW[itemsize])
         try:
             counts = [counter.as_strided(src.shape, src.stride(), off) for (src, _), off in zip(pairs, offsets)]
         except RuntimeError as exc:

@@ -15,10 +15,8 @@ from typing import Any, Mapping, Optional
 import torch
 
 from .access import new_adapter
-from .execute import run_copies
+from .execute import INT_VIEW, run_copies
 from .plan import SlotLayout, bind
-
-_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @dataclass(frozen=True)
@@ -54,7 +52,7 @@ def reference_write(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor],
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(_INT_VIEW[t.element_size()]) if t.dtype.is_floating_point else t
+    return t.contiguous().view(INT_VIEW[t.element_size()]) if t.dtype.is_floating_point else t
 
 
 def _compare(buffer: str, module: str, layer: Optional[int], a: torch.Tensor, b: torch.Tensor) -> Optional[Mismatch]:
