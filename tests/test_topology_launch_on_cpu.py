@@ -324,8 +324,17 @@ def test_model_url_from_another_process_of_the_job(tiny_qwen3, tmp_path):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        host = ray.remote(TopologyHost).options(name=HOST_NAME, num_cpus=0).remote(topo, 1, command=fake_command)
-        assert ray.get(host.report_devices.remote(0, ["0"])) == ["judge/group0/engine0"]
+        @ray.remote(num_cpus=0)
+        class Replica:  # in a run a server actor creates the host and keeps no handle of its own to it
+            def start_host(self) -> list[str]:
+                from verl_sglang_lora.topology.registry import ensure_host
+                return ray.get(ensure_host(topo, 1, command=fake_command).report_devices.remote(0, ["0"]))
+
+        replica = Replica.remote()
+        assert ray.get(replica.start_host.remote()) == ["judge/group0/engine0"]
+        time.sleep(2)  # the bug this guards: Ray ended the host (and its engines) once the launch's handle was gone
+        from verl_sglang_lora.topology.registry import host_namespace
+        host = ray.get_actor(HOST_NAME, namespace=host_namespace())
 
         @ray.remote(num_cpus=0)
         def ask(name: str) -> tuple[int, str]:
@@ -346,7 +355,7 @@ def test_model_url_from_another_process_of_the_job(tiny_qwen3, tmp_path):
         ray.kill(host)  # the run ends: Ray ends the host actor, its engines go with it
         assert wait_gone(pids) == []
         _, err = ray.get(ask.remote("judge2"))
-        assert f"no SGLang topology host in this Ray job (actor `{HOST_NAME}`)" in err
+        assert "no SGLang topology host in this Ray job (actor `sglang_lora_" in err and f"/{HOST_NAME}`" in err
     finally:
         ray.shutdown()
 
