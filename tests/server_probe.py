@@ -32,9 +32,11 @@ class FakeTokenizerManager:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.generate_keys = []
 
     async def generate_request(self, obj: Any, request: Any = None):
         self.calls.append(("generate", getattr(obj, "lora_path", None)))
+        self.generate_keys.append([getattr(obj, "lora_path", None), getattr(obj, "extra_key", None)])
         n = len(obj.input_ids)
         yield {
             "output_ids": [7, 8, 9],
@@ -70,6 +72,7 @@ class FakeTokenizerManager:
         return _Result(success=self.unload_ok)
 
     unload_ok = True
+    generate_keys: list  # [lora_path, extra_key] of each generate request, as SGLang received it
     die_on_first_tensor_load = False
     stall_first_tensor_load_s = 0.0  # the first tensor load answers only after this long, then registers anyway
     loaded_from_disk: list[dict]
@@ -218,6 +221,9 @@ def probe_class(base: type) -> type:
 
         def calls(self) -> list:
             return list(self.tokenizer_manager.calls)
+
+        def generate_keys(self) -> list:
+            return list(self.tokenizer_manager.generate_keys)
 
         def state(self) -> dict:
             return {"loaded_from_disk": getattr(self, "loaded_from_disk", None), "global_steps": self.global_steps,

@@ -50,9 +50,17 @@ def push(version, resident, failed=None, fields=True):
             "check": check_results(ran, config["lora_alpha"] / config["r"]) if ran else None, "results": [c.result() for c in ran],
             "inplace": (result.get("stats") or {}).get("inplace"), "resident": result["resident"]}
 
+def served(request_id):
+    ray.get(srv.generate.remote(prompt_ids=[5, 6, 7], sampling_params={"temperature": 1.0}, request_id=request_id))
+
 out["v1"] = push(1, "attach")
+served("r1")
 out["v2"] = push(2, "write", fields=False)
+served("r2")
 out["v3"] = push(3, "write", fields=False)
+served("r3")
+out["flushes"] = [c for c in ray.get(srv.calls.remote()) if c[0] == "flush"]
+out["generate_keys"] = ray.get(srv.generate_keys.remote())
 out["v4"] = push(4, None, failed="checksum mismatch (test)")
 out["calls"] = [c for c in ray.get(srv.calls.remote()) if c[0] in ("load_tensors", "loader", "unload")]
 out["status"] = ray.get(srv.adapter_status.remote())
@@ -88,3 +96,12 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     assert not any(c[0] == "unload" and c[1] in ("verl_lora_slot0", "verl_lora_slot1") for c in calls[:-2])
     assert set(calls[-2:]) == {("unload", "verl_lora_slot0"), ("unload", "verl_lora_slot1")}
     assert out["status"]["active_name"] == "verl_lora_v4"
+
+    # the prefix cache across in-place versions: no flush, each request keyed by its slot's version (a slot keeps
+    # its lora id, so KV of version 2 must never match under version 3); the canary is keyed the same way
+    assert out["flushes"] == []
+    keys = [tuple(k) for k in out["generate_keys"]]
+    assert ("verl_lora_slot1", "|sglang_lora_v2") in keys and ("verl_lora_slot0", "|sglang_lora_v3") in keys
+    assert ("verl_lora_slot0", "|sglang_lora_v1") in keys  # v1's canary / request on slot0 before the write of v3
+    assert all(key is None for name, key in keys if name is None)  # the base policy is never tagged
+    assert keys[-1] == ("verl_lora_slot0", "|sglang_lora_v3")  # verl's request after v3

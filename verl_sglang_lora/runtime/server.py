@@ -44,6 +44,7 @@ from verl_sglang_lora.verl_glue.server_args import wrap_server_args
 from verl_sglang_lora.topology.launch import replica_launch_overrides
 from verl_sglang_lora.runtime.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
 from verl_sglang_lora.runtime.sync.metrics import SyncMetrics
+from verl_sglang_lora.runtime.sync.prefix_tags import PrefixTags
 from verl_sglang_lora.runtime.sync.snapshot import clear_snapshots, snapshot_root
 from verl_sglang_lora.runtime.sync.versions import AdapterVersions, Lease
 from verl_sglang_lora.verl_glue.imports import load_verl_sglang_server, refuse_sglang_cpu_engine
@@ -84,6 +85,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.resident_on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config))
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on)
         self._raw_generate_request = None
+        self.prefix_tags = PrefixTags(struct_fields(io_struct("GenerateReqInput")))
         self._warned_no_adapter = False
         self._pending_canary: tuple[str, CanaryExpectation] | None = None
         self._unload_retry: list[str] = []  # stale versions SGLang refused to unload
@@ -143,6 +145,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             own = self.adapters.acquire() if lease is None else None
             try:
                 self._name_adapter(obj, lease or own)
+                self.prefix_tags.tag(obj)
                 async for out in raw(obj, request):
                     yield out
             finally:
@@ -212,7 +215,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         await self._occupation("resume_memory_occupation", "ResumeMemoryOccupationReqInput", todo,
                                self.memory.undo_resume)
         if KV_CACHE in todo:
-            await self._serve_newest_adapter()
+            await self._serve_newest_adapter(flush=True)  # the resumed KV memory holds nothing the tree points to
         return todo
 
     async def _occupation(self, method: str, request: str, todo: list[str], undo: Any) -> None:
@@ -279,6 +282,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                     self._retire_uncertain(name)
                 raise
         t_load = time.perf_counter()
+        self.prefix_tags.set(name, push.version)  # before the switch: requests for it carry the new version's tag
         await self._activate(name, push.version, push.fingerprint, push.canary)
         if push.resident_failed:
             await self._drop_slots()
@@ -383,7 +387,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         if canary is not None:
             self._pending_canary = (name, CanaryExpectation(**canary))
         if KV_CACHE not in self.memory.released:  # otherwise at resume_memory(kv_cache)
-            await self._serve_newest_adapter()
+            await self._serve_newest_adapter(flush=not self.prefix_tags.supported)
 
     async def _sglang_call(self, method: str, request: Any) -> Any:
         """One adapter request through the tokenizer manager this actor owns; SGLang's refusal raises with its
@@ -401,9 +405,13 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             raise SGLangRequestError(method, 200, message)
         return result
 
-    async def _serve_newest_adapter(self) -> None:
-        """With the KV cache resident: drop prefixes cached under an earlier adapter, then run the pending canary."""
-        await self.tokenizer_manager.flush_cache()
+    async def _serve_newest_adapter(self, flush: bool) -> None:
+        """With the KV cache resident: drop cached prefixes where requests cannot be tagged by version
+        (``prefix_tags``) or the KV memory was just resumed, then run the pending canary."""
+        if flush:
+            ok, message = request_outcome(await self.tokenizer_manager.flush_cache())
+            if not ok:  # prefixes of another version (or of released memory) would be served
+                raise SGLangRequestError("flush_cache", 200, f"SGLang did not flush its prefix cache: {message}")
         await self._run_pending_canary()
 
     async def _run_pending_canary(self) -> None:
@@ -450,6 +458,9 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 if raise_on_failure and name in self._unload_retry:
                     raise
         self.adapters.forget([n for n in names if n not in failed])
+        for name in names:
+            if name not in failed:
+                self.prefix_tags.forget(name)
         self._unload_retry = [n for n in self._unload_retry if n not in names] + failed
 
     async def canary(self, prompt_ids: list[int], adapter: str) -> dict[str, float]:
@@ -464,6 +475,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 logprob_start_len=0,
                 lora_path=lora_path,
             )
+            self.prefix_tags.tag(obj)
             out = None
             async for out in raw(obj, None):
                 pass

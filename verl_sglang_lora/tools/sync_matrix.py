@@ -11,8 +11,8 @@ already in the trainer's persistent flat device buffer and ends when SGLang serv
 that adapter: its time minus the same request in steady state is the first-batch penalty (the lazy pool fill of a
 freshly loaded adapter lands there).
 
-Paths: ``inplace`` (the resident write + the loader's verify against the trainer's checksum + the prefix-cache flush
-the plugin does on a switch), ``versioned`` (the plugin's load of a new adapter name from the device buffer through
+Paths: ``inplace`` (the resident write + the loader's verify against the trainer's checksum; requests then carry the
+slot's new version in ``extra_key`` as the plugin's do, so no prefix-cache flush: runtime/sync/prefix_tags.py), ``versioned`` (the plugin's load of a new adapter name from the device buffer through
 ``load_lora_adapter_from_tensors``, unload of the previous one), ``disk`` (safetensors + ``load_lora_adapter``), verl
 0.9.1's stock ``ServerAdapter.update_weights`` adapter path (its own code; its ``_engine`` calls forwarded to the same
 tokenizer manager -- its exact error where it fails), and the copy floors (device-to-device and pinned
@@ -33,7 +33,9 @@ from typing import Any, Callable
 
 import torch
 
+from verl_sglang_lora.runtime.sync.prefix_tags import PrefixTags
 from verl_sglang_lora.sglang_contract.errors import request_outcome
+from verl_sglang_lora.sglang_contract.installed import io_struct as sglang_struct, struct_fields
 from verl_sglang_lora.tools.benchmarks import pct
 from verl_sglang_lora.tools.sglang_launcher import free_ports
 
@@ -84,13 +86,25 @@ class EngineBench:
                                     skip_server_warmup=True, log_level="warning", **args, **extra)
         self.tm = self.engine.tokenizer_manager
         self.model_dir = model_dir
+        self.tags = PrefixTags(struct_fields(sglang_struct("GenerateReqInput")))
 
     def run(self, coro: Any) -> Any:
         return self.engine.loop.run_until_complete(coro)
 
     def request(self, lora: str | None, new_tokens: int = 1) -> dict:
-        return self.engine.generate(input_ids=PROMPT_IDS, lora_path=lora, return_logprob=True, logprob_start_len=0,
-                                    sampling_params={"max_new_tokens": new_tokens, "temperature": 0.0})
+        """One request as the plugin's server actor sends it: through the tokenizer manager, keyed by version."""
+        obj = sglang_struct("GenerateReqInput")(input_ids=list(PROMPT_IDS), lora_path=lora, return_logprob=True,
+                                                logprob_start_len=0,
+                                                sampling_params={"max_new_tokens": new_tokens, "temperature": 0.0})
+        self.tags.tag(obj)
+
+        async def last() -> dict:
+            out = None
+            async for out in self.tm.generate_request(obj, None):
+                pass
+            return out
+
+        return self.run(last())
 
     def timed_request(self, lora: str | None) -> float:
         t0 = time.perf_counter()
@@ -183,7 +197,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         t0 = time.perf_counter()
         call = requests.writes(1000 + i, flat.checksum)[slot]
         loader([call])
-        bench.engine.flush_cache()  # the plugin flushes on a switch: a slot's lora id outlives its versions
+        bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key
         served["slot"] = slot
         return (time.perf_counter() - t0) * 1e3
 
@@ -231,8 +245,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
 
     steady = []
     for i in range(warmup + iters):
+        bench.tags.set(served["slot"], -1 - i)  # a fresh key: a cold prefix, as right after a sync, warm pool
         t0 = time.perf_counter()
-        bench.engine.flush_cache()  # what the in-place path's sync does, without the write
         bench.request(served["slot"])
         if i >= warmup:
             steady.append((time.perf_counter() - t0) * 1e3)
