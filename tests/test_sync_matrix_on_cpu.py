@@ -26,9 +26,9 @@ def test_cli_defaults_are_the_issue_matrix() -> None:
 
 def test_path_row_percentiles_penalty_and_bandwidth() -> None:
     t = PathTimes(sync=[float(x) for x in range(1, 21)], first=[50.0] * 20)
-    row = t.row(steady_ms=40.0, nbytes=40_000_000)
+    row = t.row(control_ms=40.0, nbytes=40_000_000)
     assert row["n"] == 20 and row["p50_ms"] == 11.0 and row["p95_ms"] == 19.0 and row["max_ms"] == 20.0
-    assert row["first_batch_penalty_ms"] == 10.0
+    assert row["first_request_ms"] == 50.0 and row["first_batch_penalty_ms"] == 10.0
     assert row["GBps"] == round(40_000_000 / 11.0 / 1e6, 2)
 
 

@@ -8,8 +8,10 @@ no HTTP; the scheduler runs in its own process, so CUDA IPC is exercised as in a
 LoRA arguments (resident slots on: ``max_loras_per_batch=3``, the custom weight loader). Per rank, the paths run in
 turn inside every iteration, so a drift of the machine hits all of them alike. Each path starts with the new version
 already in the trainer's persistent flat device buffer and ends when SGLang serves it; then one 1-token request with
-that adapter: its time minus the same request in steady state is the first-batch penalty (the lazy pool fill of a
-freshly loaded adapter lands there).
+that adapter: its time minus the control's is the first-batch penalty (the lazy pool fill of a freshly loaded adapter
+lands there). The control is the same request at the start of each iteration after an idle gap as long as an
+in-place sync, with no sync: the H200 showed back-to-back requests ~13 ms faster than any request inside the
+interleaved loop, which a back-to-back baseline charged to every path.
 
 Paths: ``inplace`` (the resident write + the loader's verify against the trainer's checksum; requests then carry the
 slot's new version in ``extra_key`` as the plugin's do, so no prefix-cache flush: runtime/sync/prefix_tags.py), ``versioned`` (the plugin's load of a new adapter name from the device buffer through
@@ -51,13 +53,16 @@ class PathTimes:
     first: list[float] = field(default_factory=list)
     error: str | None = None
 
-    def row(self, steady_ms: float, nbytes: int) -> dict[str, Any]:
+    def row(self, control_ms: float, nbytes: int) -> dict[str, Any]:
+        """``control_ms``: the median first request of the control (same loop position, no sync)."""
         if self.error or not self.sync:
             return {"error": self.error or "no samples"}
         p50 = pct(self.sync, 0.5)
+        first = pct(self.first, 0.5) if self.first else None
         return {"n": len(self.sync), "p50_ms": round(p50, 3), "p95_ms": round(pct(self.sync, 0.95), 3),
                 "max_ms": round(max(self.sync), 3), "GBps": round(nbytes / p50 / 1e6, 2),
-                "first_batch_penalty_ms": round(pct(self.first, 0.5) - steady_ms, 3) if self.first else None}
+                "first_request_ms": None if first is None else round(first, 3),
+                "first_batch_penalty_ms": None if first is None else round(first - control_ms, 3)}
 
 
 def guard(times: PathTimes, fn: Callable[[], None]) -> None:
@@ -232,8 +237,17 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     served_name = {"inplace": lambda: served["slot"], "versioned": lambda: prev["versioned"],
                    "disk": lambda: prev["disk"], "verl_stock": lambda: SGLANG_LORA_NAME}
     fns = {"inplace": inplace, "versioned": versioned, "disk": disk, "verl_stock": verl_stock}
+    control: list[float] = []
     for i in range(warmup + iters):
         refill(i)
+        # the control: the same place in the loop and an idle gap as long as an in-place sync, no sync; its
+        # request (fresh key: cold prefix, warm pool) is the baseline of the first-batch penalty, so machine
+        # effects of the interleaving (idle GPU clocks, a scheduler woken from idle) are not charged to a path
+        time.sleep((times["inplace"].sync[-1] if times["inplace"].sync else 4.0) / 1e3)
+        bench.tags.set(served["slot"], -1 - i)
+        first = bench.timed_request(served["slot"])
+        if i >= warmup:
+            control.append(first)
         for path in PATHS:
             def one(path: str = path) -> None:
                 ms = fns[path](i)
@@ -243,14 +257,14 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
                     times[path].first.append(first)
             guard(times[path], one)
 
-    steady = []
+    steady = []  # back-to-back requests, for reference: the floor of a request on this engine
     for i in range(warmup + iters):
-        bench.tags.set(served["slot"], -1 - i)  # a fresh key: a cold prefix, as right after a sync, warm pool
+        bench.tags.set(served["slot"], -10_000 - i)
         t0 = time.perf_counter()
         bench.request(served["slot"])
         if i >= warmup:
             steady.append((time.perf_counter() - t0) * 1e3)
-    steady_ms = pct(steady, 0.5)
+    control_ms = pct(control, 0.5)
     floors = copy_floors(flat.flat, iters)
     correct = check_slot(bench, requests, served["slot"], load_tensors, loader)
     for name in [*SLOTS, prev["versioned"], prev["disk"]]:
@@ -258,7 +272,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             guard(PathTimes(), lambda name=name: unload(name))
     rows = []
     for path in PATHS:
-        row = {"rank": rank, "path": path, "bytes": nbytes, "tensors": len(flat.entries), **times[path].row(steady_ms, nbytes)}
+        row = {"rank": rank, "path": path, "bytes": nbytes, "tensors": len(flat.entries), **times[path].row(control_ms, nbytes)}
         row["correct"] = correct["ok"] if path == "inplace" else None
         rows.append(row)
     for path, samples in floors.items():
@@ -271,7 +285,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             ref = next((r for r in rows if r["path"] == base and "p50_ms" in r), None)
             if ref is not None and "p50_ms" in row and row["path"] in PATHS:
                 row[f"speedup_vs_{base}"] = round(ref["p50_ms"] / row["p50_ms"], 2)
-    return {"rank": rank, "rows": rows, "steady_request_ms": round(steady_ms, 3), "correctness": correct}
+    return {"rank": rank, "rows": rows, "steady_request_ms": round(pct(steady, 0.5), 3),
+            "control_request_ms": round(control_ms, 3), "correctness": correct}
 
 
 def stock_adapter(bench: EngineBench, config: dict) -> Callable[[list], None]:
