@@ -10,8 +10,9 @@ turn inside every iteration, so a drift of the machine hits all of them alike. E
 already in the trainer's persistent flat device buffer and ends when SGLang serves it; then one 1-token request with
 that adapter: its time minus the control's is the first-batch penalty (the lazy pool fill of a freshly loaded adapter
 lands there). The control is the same request at the start of each iteration after an idle gap as long as an
-in-place sync, with no sync: the H200 showed back-to-back requests ~13 ms faster than any request inside the
-interleaved loop, which a back-to-back baseline charged to every path.
+in-place sync, with no sync. (Against back-to-back requests the H200 measured +13 ms after an in-place write, which
+moves no data on the request path; whether a request in that loop position without a sync is as slow is what the
+control decides.)
 
 Paths: ``inplace`` (the resident write + the loader's verify against the trainer's checksum; requests then carry the
 slot's new version in ``extra_key`` as the plugin's do, so no prefix-cache flush: runtime/sync/prefix_tags.py), ``versioned`` (the plugin's load of a new adapter name from the device buffer through
