@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18 item 5, the GPU proof (NOT YET RUN): one GRPO run (STEPS=4) of the FSDP2 LoRA example with
+# Issue 18 item 5, the GPU proof (run once in session 8: failed, host ended by Ray; fixed in 892f69e, not re-run): one GRPO run (STEPS=4) of the FSDP2 LoRA example with
 # examples/topology_judge.yaml -- the actor plus a frozen judge served by SGLang on the same GPU -- and the reward
 # examples/judge_reward.py, which finds the judge by name (model_url("judge")) and scores with its log-probs.
 #   bash scripts/device/topology_run.sh [extra hydra overrides...]      (one H200; logs under $OUT)
