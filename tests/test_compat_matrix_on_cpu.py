@@ -173,7 +173,10 @@ def test_scheduler_priming_update_is_empty_on_every_rank(probes, version):
 
 
 # None: the path runs; else a word of the reason it does not (the answer docs/compatibility.md gives)
-RESIDENT = {"0.5.8": None, "0.5.12": None, "0.5.18": None, "0.5.23": "weight-update session"}
+RESIDENT = {"0.5.8": None, "0.5.12": None, "0.5.18": None, "0.5.23": None}
+# 0.5.23 takes tensor updates only inside begin/end_weight_update: the server opens one per loader call, and keeps
+# the in-place path off on a quantized base (the session's end re-processes the base weights)
+SESSION = {"0.5.8": False, "0.5.12": False, "0.5.18": False, "0.5.23": True}
 # whether the server primes the scheduler after launch: not where a tensor update outside a weight-update session is
 # refused (0.5.23), whose adapter load applies the torch patch itself
 PRIMES = {"0.5.8": True, "0.5.12": True, "0.5.18": True, "0.5.23": False}
@@ -189,6 +192,12 @@ def test_resident_support_per_release(probes, version):
     assert "scheduler ranks" in res["unsupported_two_ranks"]  # TP x DP > 1: no per-rank sources yet
     assert res["primes"] is PRIMES[version]
     assert res["wrapper_keeps_fields"] is True
+    assert res["weight_update_session"] is SESSION[version]
+    if SESSION[version]:
+        assert "weight-update session" in res["unsupported_quantized_base"]
+        assert res["session_structs"] == {"begin_selector": "target", "update_has_selector": True}
+    else:
+        assert res["unsupported_quantized_base"] is None and res["session_structs"] is None
 
 
 @pytest.mark.parametrize("version, launch", [_param(v, "launch_args", n) for v in SGLANG_RELEASES for n in LAUNCHES])

@@ -35,7 +35,7 @@ from verl_sglang_lora.sglang_contract.errors import SGLangRequestError, request_
 from verl_sglang_lora.runtime.resident import LOADER_PATH
 from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS
 from verl_sglang_lora.runtime.resident.slots import ResidentSlots
-from verl_sglang_lora.runtime.resident.support import resident_enabled
+from verl_sglang_lora.runtime.resident.support import base_is_quantized, resident_enabled, weight_update_session
 from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
 from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_REQUEST_CLASS
 from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
@@ -82,7 +82,9 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.sync_metrics = SyncMetrics()
         self._warned_metrics_unread = False
         # Validated here, before SGLang allocates any GPU memory.
-        self.resident_on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config))
+        self.resident_on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config),
+                                                                     base_is_quantized(self.model_config))
+        self._update_session = self.resident_on and weight_update_session()
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on)
         self._raw_generate_request = None
         self.prefix_tags = PrefixTags(struct_fields(io_struct("GenerateReqInput")))
@@ -344,7 +346,20 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         kwargs: dict[str, Any] = {"serialized_named_tensors": blobs, "load_format": LOADER_PATH, "flush_cache": False}
         if "disable_draft_model" in declared:
             kwargs["disable_draft_model"] = True  # a speculative draft model has no LoRA slots
-        await self._sglang_call("update_weights_from_tensor", cls(**kwargs))
+        if "selector" in declared:
+            kwargs["selector"] = "target"  # the same, where the release names the runners instead
+        if not self._update_session:
+            await self._sglang_call("update_weights_from_tensor", cls(**kwargs))
+            return
+        # SGLang >= 0.5.23 takes tensor updates only inside a session; on an unquantized base (support.py) its
+        # begin/end restore and re-process nothing
+        begin = io_struct("BeginWeightUpdateReqInput")
+        await self._sglang_call("begin_weight_update", begin(selector="target") if "selector" in struct_fields(begin)
+                                else begin())
+        try:
+            await self._sglang_call("update_weights_from_tensor", cls(**kwargs))
+        finally:
+            await self._sglang_call("end_weight_update", io_struct("EndWeightUpdateReqInput")())
 
     def _retire_uncertain(self, name: str) -> None:
         """A load that timed out may still land: its name is never reused (a retry of the version gets a revision

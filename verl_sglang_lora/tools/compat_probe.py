@@ -483,15 +483,35 @@ def resident_release_facts() -> dict[str, Any]:
         return sorted(getattr(cls, "__dataclass_fields__", None) or getattr(cls, "__struct_fields__", ()))
 
     wrapped = wrap_server_args(ServerArgs, {"enable_lora": True, "custom_weight_loader": ["x"]})
+    from verl_sglang_lora.runtime.resident.support import weight_update_session
+
     return {"unsupported_two_ranks": resident_reason("auto", 2), "primes": needs_priming(),
+            "unsupported_quantized_base": resident_reason("auto", 1, base_quantized=True),
+            "weight_update_session": weight_update_session(),
+            "session_structs": session_structs(),
             "wrapper_keeps_fields": fields(wrapped) == fields(ServerArgs)}
 
 
-def resident_reason(mode: str, ranks: int) -> str | None:
+def resident_reason(mode: str, ranks: int, base_quantized: bool = False) -> str | None:
     """Why the resident in-place path does not run on the release on sys.path (None: it runs)."""
     from verl_sglang_lora.runtime.resident.support import unsupported_reason
 
-    return unsupported_reason(mode, ranks)
+    return unsupported_reason(mode, ranks, base_quantized)
+
+
+def session_structs() -> dict[str, Any] | None:
+    """The weight-update session requests the server actor builds on a release that has them (None where absent):
+    built from the release's own classes, with the fields the server sets."""
+    from verl_sglang_lora.runtime.resident.support import weight_update_session
+    from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
+
+    if not weight_update_session():
+        return None
+    begin, end = io_struct("BeginWeightUpdateReqInput"), io_struct("EndWeightUpdateReqInput")
+    update = struct_fields(io_struct("UpdateWeightsFromTensorReqInput"))
+    built = begin(selector="target") if "selector" in struct_fields(begin) else begin()
+    end()
+    return {"begin_selector": getattr(built, "selector", None), "update_has_selector": "selector" in update}
 
 
 def stub_inert_modules() -> list[str]:

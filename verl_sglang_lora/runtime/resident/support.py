@@ -4,6 +4,7 @@ from the config and the installed SGLang (its declared fields, not a version tab
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -11,7 +12,18 @@ MODES = ("auto", "on", "off")
 SETTING = "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.resident"
 
 
-def unsupported_reason(mode: str, sglang_ranks: int) -> str | None:
+def weight_update_session() -> bool:
+    """Whether the installed SGLang takes tensor updates only inside ``begin/end_weight_update`` (0.5.23 on)."""
+    from verl_sglang_lora.sglang_contract.installed import io_struct
+
+    try:
+        io_struct("BeginWeightUpdateReqInput")
+    except (AttributeError, ImportError):
+        return False
+    return True
+
+
+def unsupported_reason(mode: str, sglang_ranks: int, base_quantized: bool = False) -> str | None:
     """None when the in-place path can run; otherwise why not (one line, for the log and the error)."""
     if mode == "off":
         return f"{SETTING}=off"
@@ -31,19 +43,25 @@ def unsupported_reason(mode: str, sglang_ranks: int) -> str | None:
 
     if "pinned" not in struct_fields(io_struct("LoadLoRAAdapterFromTensorsReqInput")):
         return "the installed SGLang cannot pin an adapter loaded from tensors (the slots would be evictable)"
-    try:
-        io_struct("BeginWeightUpdateReqInput")
-    except (AttributeError, ImportError):
-        return None
-    return ("the installed SGLang requires a weight-update session (begin/end_weight_update) around every tensor "
-            "update, whose end re-processes the base weights; the in-place path does not open one yet")
+    if weight_update_session() and base_quantized:
+        # end_weight_update runs every quant method's process_weights_after_loading on the base weights: a repack
+        # per sync at best, and a second packing where a method cannot restore first
+        return ("the installed SGLang wraps every tensor update in a weight-update session whose end re-processes "
+                "the base weights, and this base model is quantized")
+    return None
 
 
-def resident_enabled(mode: str, sglang_ranks: int) -> bool:
+def base_is_quantized(model_config: Any) -> bool:
+    """Whether the checkpoint's own config declares a quantization (verl's model config carries the HF config)."""
+    hf_config = getattr(model_config, "hf_config", None)
+    return getattr(hf_config, "quantization_config", None) is not None
+
+
+def resident_enabled(mode: str, sglang_ranks: int, base_quantized: bool = False) -> bool:
     """``on`` refuses to start where the path cannot run; ``auto`` says once why it takes the versioned loads."""
     if mode not in MODES:
         raise ValueError(f"{SETTING} must be one of {MODES}, got {mode!r}")
-    reason = unsupported_reason(mode, sglang_ranks)
+    reason = unsupported_reason(mode, sglang_ranks, base_quantized)
     if reason is None:
         return True
     if mode == "on":
