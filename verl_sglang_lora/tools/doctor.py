@@ -167,10 +167,14 @@ class Probe:
     starting the interpreter again (~10 s of imports each)."""
 
     _answers: dict[tuple, tuple[Any, str]] = {}
+    # Variables that change between doctor runs of one process without changing what a probe answers: pytest
+    # names the running test in PYTEST_CURRENT_TEST (keyed on, every test's doctor run missed the cache).
+    _KEY_IGNORES = frozenset({"PYTEST_CURRENT_TEST"})
 
     def __init__(self, code: str, env: dict[str, str] | None = None) -> None:
         full_env = {**os.environ, **(env or {})}
-        self.key = (code, sys.executable, tuple(sorted(full_env.items())))
+        self.key = (code, sys.executable,
+                    tuple(sorted((k, v) for k, v in full_env.items() if k not in Probe._KEY_IGNORES)))
         self.proc = None if self.key in Probe._answers else subprocess.Popen(
             [sys.executable, "-c", code],
             stdout=subprocess.PIPE,
