@@ -19,14 +19,18 @@ def test_tags_follow_the_version_each_name_holds() -> None:
     tags.set("slot0", 4)
     one = _request(input_ids=[1, 2], lora_path="slot0")
     tags.tag(one)
-    assert one.extra_key == "|sglang_lora_v4"
+    assert one.extra_key == "|sglang_lora_v4.1"
     salted = _request(input_ids=[1, 2], lora_path="slot0", extra_key="user-salt")
     tags.tag(salted)
-    assert salted.extra_key == "user-salt|sglang_lora_v4"  # the user's own key is kept, the version appended
+    assert salted.extra_key == "user-salt|sglang_lora_v4.1"  # the user's own key is kept, the version appended
     tags.set("slot0", 5)
     again = _request(input_ids=[1, 2], lora_path="slot0")
     tags.tag(again)
-    assert again.extra_key == "|sglang_lora_v5" != one.extra_key
+    assert again.extra_key == "|sglang_lora_v5.2" != one.extra_key
+    tags.set("slot0", 5)  # the same version re-sent with other content: a key of its own
+    resent = _request(input_ids=[1, 2], lora_path="slot0")
+    tags.tag(resent)
+    assert resent.extra_key == "|sglang_lora_v5.3"
     base = _request(input_ids=[1, 2], lora_path=None)
     tags.tag(base)
     assert base.extra_key is None  # the base policy's cache is shared by every version
@@ -39,15 +43,15 @@ def test_batches_are_tagged_with_all_their_versions() -> None:
     tags.set("slot0", 2)
     batch = _request(input_ids=[[1, 2], [3, 4]], lora_path=["slot1", None])
     tags.tag(batch)
-    assert batch.extra_key == "|sglang_lora_v7"
+    assert batch.extra_key == "|sglang_lora_v7.1"
     batch.normalize_batch_and_arguments()  # SGLang's own split hands every item the batch's key
-    assert batch[0].extra_key == batch[1].extra_key == "|sglang_lora_v7"
+    assert batch[0].extra_key == batch[1].extra_key == "|sglang_lora_v7.1"
     mixed = _request(input_ids=[[1, 2], [3, 4]], lora_path=["slot1", "slot0"])
     tags.tag(mixed)
-    assert mixed.extra_key == "|sglang_lora_v2|sglang_lora_v7"  # changes when either slot's version does
+    assert mixed.extra_key == "|sglang_lora_v2.2|sglang_lora_v7.1"  # changes when either slot's version does
     shared = _request(input_ids=[[1, 2], [3, 4]], lora_path="slot1")
     tags.tag(shared)
-    assert shared.extra_key == "|sglang_lora_v7"
+    assert shared.extra_key == "|sglang_lora_v7.1"
     tags.forget("slot1")
     gone = _request(input_ids=[1], lora_path="slot1")
     tags.tag(gone)
@@ -64,3 +68,8 @@ def test_a_release_without_extra_key_is_not_tagged() -> None:
     req = Req()
     tags.tag(req)
     assert not tags.supported and not hasattr(req, "extra_key")
+
+
+def test_the_cpp_radix_tree_keys_by_tokens_only_so_nothing_is_tagged(monkeypatch) -> None:
+    monkeypatch.setenv("SGLANG_EXPERIMENTAL_CPP_RADIX_TREE", "1")
+    assert not PrefixTags({"extra_key", "lora_path"}).supported  # the server flushes on every switch instead

@@ -14,3 +14,29 @@ def test_resident_setting_on_refuses_where_it_cannot_run() -> None:
     with pytest.raises(ValueError, match=r"resident must be one of"):
         resident_enabled("sometimes", 1)
     assert resident_enabled("off", 1) is False and resident_enabled("auto", 2) is False
+
+
+def test_a_base_the_weight_update_session_would_reprocess_is_named() -> None:
+    """SGLang >= 0.5.23 re-processes the base weights at every session's end: quantized or MoE bases keep the
+    versioned loads there (real transformers configs; the rollout config as verl's Hydra tree holds it)."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+    from transformers import Qwen3Config, Qwen3MoeConfig
+
+    from verl_sglang_lora.runtime.resident.support import session_unsafe_base, unsupported_reason
+
+    rollout = OmegaConf.create({"quantization": None, "engine_kwargs": {"sglang": {"attention_backend": "triton"}}})
+    dense = SimpleNamespace(hf_config=Qwen3Config())
+    assert session_unsafe_base(dense, rollout) is None
+    moe = session_unsafe_base(SimpleNamespace(hf_config=Qwen3MoeConfig()), rollout)
+    assert moe is not None and "mixture of experts (num_experts=" in moe
+    fp8 = Qwen3Config()
+    fp8.quantization_config = {"quant_method": "fp8"}
+    assert "checkpoint is quantized" in session_unsafe_base(SimpleNamespace(hf_config=fp8), rollout)
+    for overrides in ({"quantization": "fp8"}, {"engine_kwargs": {"sglang": {"torchao_config": "int4wo-128"}}}):
+        quantized = OmegaConf.merge(rollout, OmegaConf.create(overrides))
+        assert "the rollout quantizes the base" in session_unsafe_base(dense, quantized)
+    # the reason only matters where SGLang wraps updates in sessions; elsewhere the in-place path runs as before
+    reason = unsupported_reason("auto", 1, base_unsafe=moe)
+    assert reason is None or ("weight-update session" in reason and "mixture of experts" in reason)

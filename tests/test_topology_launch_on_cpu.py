@@ -230,6 +230,9 @@ def test_the_proof_yaml_is_accepted_with_the_proof_settings(tiny_qwen3):
      (), 1, "the frozen models need 2 GPU(s) but run on the first node's 1"),
     (JUDGE, ("actor_rollout_ref.rollout.data_parallel_size=2",), 1,
      "actor_rollout_ref.rollout.data_parallel_size=2 with actor_rollout_ref.rollout.engine_kwargs.sglang_lora.topology"),
+    (JUDGE, ("actor_rollout_ref.rollout.engine_kwargs.sglang_lora.server_max_restarts=1",), 1,
+     "server_max_restarts=1 with frozen models in actor_rollout_ref.rollout.engine_kwargs.sglang_lora.topology: a "
+     "restarted server actor takes the frozen engines down with it"),
     (JUDGE.replace("disable_cuda_graph: true", "base_gpu_id: 1"), (), 1,
      "sglang[1].server_groups[0].overrides.base_gpu_id: this ServerArgs field places the engine"),
     (TWO_GROUPS, (), 8, "the actor's groups hold 4 GPU(s), not whole nodes of actor_rollout_ref.rollout.n_gpus_per_node=8"),

@@ -35,7 +35,7 @@ from verl_sglang_lora.sglang_contract.errors import SGLangRequestError, request_
 from verl_sglang_lora.runtime.resident import LOADER_PATH
 from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS
 from verl_sglang_lora.runtime.resident.slots import ResidentSlots
-from verl_sglang_lora.runtime.resident.support import base_is_quantized, resident_enabled, weight_update_session
+from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base, weight_update_session
 from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
 from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_REQUEST_CLASS
 from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
@@ -83,7 +83,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self._warned_metrics_unread = False
         # Validated here, before SGLang allocates any GPU memory.
         self.resident_on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config),
-                                                                     base_is_quantized(self.model_config))
+                                                                     session_unsafe_base(self.model_config, self.config))
         self._update_session = self.resident_on and weight_update_session()
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on)
         self._raw_generate_request = None
@@ -217,7 +217,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         await self._occupation("resume_memory_occupation", "ResumeMemoryOccupationReqInput", todo,
                                self.memory.undo_resume)
         if KV_CACHE in todo:
-            await self._serve_newest_adapter(flush=True)  # the resumed KV memory holds nothing the tree points to
+            await self._serve_newest_adapter(flush="resume")
         return todo
 
     async def _occupation(self, method: str, request: str, todo: list[str], undo: Any) -> None:
@@ -334,7 +334,12 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             logger.warning("sglang_lora: both resident slots are in use by running requests; version %d takes "
                            "the ordinary load", push.version)
             return None
-        await self._loader_call(push.resident["writes"][slot])
+        try:
+            await self._loader_call(push.resident["writes"][slot])
+        except SGLangRequestError as exc:  # the idle slot may be half written: never served, dropped
+            self._disable_resident(f"the in-place write of version {push.version} failed in SGLang: {exc}")
+            await self._drop_slots()
+            return None
         slots.active = slot
         return [("write", slot)]
 
@@ -354,12 +359,26 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         # SGLang >= 0.5.23 takes tensor updates only inside a session; on an unquantized base (support.py) its
         # begin/end restore and re-process nothing
         begin = io_struct("BeginWeightUpdateReqInput")
-        await self._sglang_call("begin_weight_update", begin(selector="target") if "selector" in struct_fields(begin)
-                                else begin())
+        try:
+            await self._sglang_call("begin_weight_update", begin(selector="target")
+                                    if "selector" in struct_fields(begin) else begin())
+        except SGLangRequestError:
+            await self._end_session_quietly()  # a timed-out begin may have opened it; SGLang refuses a second
+            raise
         try:
             await self._sglang_call("update_weights_from_tensor", cls(**kwargs))
-        finally:
+        except SGLangRequestError as exc:
+            ended = await self._end_session_quietly()
+            raise SGLangRequestError(exc.endpoint, exc.status, exc.body + ("" if ended is None else f"; {ended}")) from exc
+        await self._sglang_call("end_weight_update", io_struct("EndWeightUpdateReqInput")())
+
+    async def _end_session_quietly(self) -> str | None:
+        """Close a weight-update session that may be open; its own failure is returned, not raised."""
+        try:
             await self._sglang_call("end_weight_update", io_struct("EndWeightUpdateReqInput")())
+        except SGLangRequestError as exc:
+            return f"closing the weight-update session: {exc.body}"
+        return None
 
     def _retire_uncertain(self, name: str) -> None:
         """A load that timed out may still land: its name is never reused (a retry of the version gets a revision
@@ -402,7 +421,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         if canary is not None:
             self._pending_canary = (name, CanaryExpectation(**canary))
         if KV_CACHE not in self.memory.released:  # otherwise at resume_memory(kv_cache)
-            await self._serve_newest_adapter(flush=not self.prefix_tags.supported)
+            await self._serve_newest_adapter(flush=None if self.prefix_tags.supported else "switch")
 
     async def _sglang_call(self, method: str, request: Any) -> Any:
         """One adapter request through the tokenizer manager this actor owns; SGLang's refusal raises with its
@@ -420,13 +439,21 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             raise SGLangRequestError(method, 200, message)
         return result
 
-    async def _serve_newest_adapter(self, flush: bool) -> None:
-        """With the KV cache resident: drop cached prefixes where requests cannot be tagged by version
-        (``prefix_tags``) or the KV memory was just resumed, then run the pending canary."""
+    async def _serve_newest_adapter(self, flush: str | None) -> None:
+        """With the KV cache resident: drop cached prefixes, then run the pending canary.
+
+        ``switch``: requests cannot be tagged by version (``prefix_tags``), so a refused flush would serve prefixes of
+        another version: an error. ``resume``: SGLang flushed when it released the KV cache; this one only guards
+        releases that did not, and a refusal (a request already running) is said, not raised.
+        """
         if flush:
             ok, message = request_outcome(await self.tokenizer_manager.flush_cache())
-            if not ok:  # prefixes of another version (or of released memory) would be served
-                raise SGLangRequestError("flush_cache", 200, f"SGLang did not flush its prefix cache: {message}")
+            if not ok and flush == "switch":
+                raise SGLangRequestError("flush_cache", 200, "SGLang did not flush its prefix cache, and requests "
+                                         f"cannot be keyed by adapter version on this release: {message}")
+            if not ok:
+                logger.warning("sglang_lora: flush_cache after resuming the KV cache refused (%s); SGLang flushed "
+                               "when it released it", message)
         await self._run_pending_canary()
 
     async def _run_pending_canary(self) -> None:

@@ -21,7 +21,7 @@ from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import sleep_level
 from verl_sglang_lora.runtime.fault_injection import served_config
 from verl_sglang_lora.runtime.resident.requests import ResidentRequests, check_results
-from verl_sglang_lora.runtime.resident.support import base_is_quantized, resident_enabled
+from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base
 from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
 from verl_sglang_lora.runtime.sync.canary import CanaryExpectation
@@ -54,7 +54,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         self._collector = AdapterCollector(current_device())
         self._snapshot_root: Path | None = None
         on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config),
-                                                       base_is_quantized(self.model_config))
+                                                       session_unsafe_base(self.model_config, self.config))
         self._resident = ResidentRequests(current_device()) if on and current_device() is not None else None
         self._resident_attached = -1  # the collector layout the server's slots are attached to (-1: none)
         self._served_scaling: float | None = None  # the trainer's peft scaling, which SGLang's lora_alpha / r must equal

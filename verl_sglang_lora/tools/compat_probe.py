@@ -486,17 +486,17 @@ def resident_release_facts() -> dict[str, Any]:
     from verl_sglang_lora.runtime.resident.support import weight_update_session
 
     return {"unsupported_two_ranks": resident_reason("auto", 2), "primes": needs_priming(),
-            "unsupported_quantized_base": resident_reason("auto", 1, base_quantized=True),
+            "unsupported_quantized_base": resident_reason("auto", 1, base_unsafe="the checkpoint is quantized"),
             "weight_update_session": weight_update_session(),
             "session_structs": session_structs(),
             "wrapper_keeps_fields": fields(wrapped) == fields(ServerArgs)}
 
 
-def resident_reason(mode: str, ranks: int, base_quantized: bool = False) -> str | None:
+def resident_reason(mode: str, ranks: int, base_unsafe: str | None = None) -> str | None:
     """Why the resident in-place path does not run on the release on sys.path (None: it runs)."""
     from verl_sglang_lora.runtime.resident.support import unsupported_reason
 
-    return unsupported_reason(mode, ranks, base_quantized)
+    return unsupported_reason(mode, ranks, base_unsafe)
 
 
 def session_structs() -> dict[str, Any] | None:

@@ -85,6 +85,15 @@ def topology_problems(rollout_config: Any, model_config: Any) -> list[str]:
                                                             "frozen models are placed by the devices of the first "
                                                             "node's replicas",
             "keep the actor's TP within one node, or run the frozen models outside the topology")
+    from verl_sglang_lora.runtime.settings import PluginSettings
+
+    restarts = PluginSettings.from_rollout_config(rollout_config).server_max_restarts
+    if restarts > 0:
+        # the frozen engines' host is owned by the replica that created it: Ray ends it (and the engines) with that
+        # replica's actor, and the restarted replica cannot start the engines on the other replicas' GPUs
+        problems.append(f"actor_rollout_ref.rollout.engine_kwargs.sglang_lora.server_max_restarts={restarts} with "
+                        f"frozen models in {SETTING}: a restarted server actor takes the frozen engines down with it. "
+                        "Fix: server_max_restarts=0 with a topology of frozen models")
     frozen_gpus = sum(m.num_gpus for m in frozen)
     if per_node and frozen_gpus > per_node:
         bad("sglang", f"the frozen models need {frozen_gpus} GPU(s) but run on the first node's {per_node} "

@@ -23,7 +23,7 @@ def weight_update_session() -> bool:
     return True
 
 
-def unsupported_reason(mode: str, sglang_ranks: int, base_quantized: bool = False) -> str | None:
+def unsupported_reason(mode: str, sglang_ranks: int, base_unsafe: str | None = None) -> str | None:
     """None when the in-place path can run; otherwise why not (one line, for the log and the error)."""
     if mode == "off":
         return f"{SETTING}=off"
@@ -43,25 +43,43 @@ def unsupported_reason(mode: str, sglang_ranks: int, base_quantized: bool = Fals
 
     if "pinned" not in struct_fields(io_struct("LoadLoRAAdapterFromTensorsReqInput")):
         return "the installed SGLang cannot pin an adapter loaded from tensors (the slots would be evictable)"
-    if weight_update_session() and base_quantized:
+    if weight_update_session() and base_unsafe:
         # end_weight_update runs every quant method's process_weights_after_loading on the base weights: a repack
-        # per sync at best, and a second packing where a method cannot restore first
+        # per sync at best, a second packing where a method cannot restore first (e.g. the MoE expert shuffle)
         return ("the installed SGLang wraps every tensor update in a weight-update session whose end re-processes "
-                "the base weights, and this base model is quantized")
+                f"the base weights, and {base_unsafe}")
     return None
 
 
-def base_is_quantized(model_config: Any) -> bool:
-    """Whether the checkpoint's own config declares a quantization (verl's model config carries the HF config)."""
+MOE_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+QUANT_KEYS = ("quantization", "torchao_config")
+
+
+def session_unsafe_base(model_config: Any, rollout_config: Any) -> str | None:
+    """Why the base weights must not go through a weight-update session per sync (None: a dense, unquantized base,
+    whose session re-processes nothing). Read from the checkpoint's HF config and the rollout's SGLang arguments."""
     hf_config = getattr(model_config, "hf_config", None)
-    return getattr(hf_config, "quantization_config", None) is not None
+    if getattr(hf_config, "quantization_config", None) is not None:
+        return "the checkpoint is quantized (quantization_config in its config.json)"
+    sglang_kwargs = ((_get(rollout_config, "engine_kwargs") or {}).get("sglang") or {})
+    for key in QUANT_KEYS:
+        if _get(rollout_config, key) or sglang_kwargs.get(key):
+            return f"the rollout quantizes the base ({key})"
+    for field in MOE_FIELDS:
+        if (getattr(hf_config, field, 0) or 0) > 0:
+            return f"the base is a mixture of experts ({field}={getattr(hf_config, field)}: its expert weights are re-packed)"
+    return None
 
 
-def resident_enabled(mode: str, sglang_ranks: int, base_quantized: bool = False) -> bool:
+def _get(config: Any, key: str) -> Any:
+    return config.get(key) if hasattr(config, "get") else getattr(config, key, None)
+
+
+def resident_enabled(mode: str, sglang_ranks: int, base_unsafe: str | None = None) -> bool:
     """``on`` refuses to start where the path cannot run; ``auto`` says once why it takes the versioned loads."""
     if mode not in MODES:
         raise ValueError(f"{SETTING} must be one of {MODES}, got {mode!r}")
-    reason = unsupported_reason(mode, sglang_ranks, base_quantized)
+    reason = unsupported_reason(mode, sglang_ranks, base_unsafe)
     if reason is None:
         return True
     if mode == "on":

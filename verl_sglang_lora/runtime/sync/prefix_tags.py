@@ -4,11 +4,14 @@ SGLang keys a cached prefix by the request's ``extra_key`` with the adapter's lo
 (``schedule_batch.Req``). A resident slot keeps its lora id across versions, so KV computed under version v would be
 reused under v+1. Each request therefore carries its adapter's version in ``extra_key``: prefixes of another version
 never match, and old ones age out of the radix tree by LRU. A release whose ``GenerateReqInput`` declares no
-``extra_key`` cannot be tagged: the server flushes the cache on every switch instead (``supported`` is False).
+``extra_key`` cannot be tagged: the server flushes the cache on every switch instead (``supported`` is False); so
+does SGLang's experimental C++ radix tree (``SGLANG_EXPERIMENTAL_CPP_RADIX_TREE``), which keys by token ids only.
+A tag names the version and a per-write count, so a version re-sent with other content never shares a key.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 TAG = "|sglang_lora_v"
@@ -18,19 +21,21 @@ class PrefixTags:
     """Which content version each adapter name holds, and the tag requests for that name carry."""
 
     def __init__(self, generate_fields: set[str] | frozenset[str]) -> None:
-        self.supported = "extra_key" in generate_fields
-        self._versions: dict[str, int] = {}
+        cpp_tree = os.environ.get("SGLANG_EXPERIMENTAL_CPP_RADIX_TREE", "").lower() in ("1", "true", "yes")
+        self.supported = "extra_key" in generate_fields and not cpp_tree
+        self._tags: dict[str, str] = {}
+        self._writes = 0
 
     def set(self, name: str, version: int) -> None:
         """``name`` holds ``version`` from now on (called once the write or load has landed)."""
-        self._versions[name] = version
+        self._writes += 1
+        self._tags[name] = f"{TAG}{version}.{self._writes}"
 
     def forget(self, name: str) -> None:
-        self._versions.pop(name, None)
+        self._tags.pop(name, None)
 
     def suffix(self, name: str | None) -> str:
-        version = self._versions.get(name) if name is not None else None
-        return "" if version is None else f"{TAG}{version}"
+        return self._tags.get(name, "") if name is not None else ""
 
     def tag(self, obj: Any) -> None:
         """Append the version tag of the request's adapter(s) to its ``extra_key``.
