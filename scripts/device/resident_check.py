@@ -501,10 +501,17 @@ class EngineServer:
         if path == "/flush_cache":
             e.flush_cache()
             return 200, {}
+        if path in ("/begin_weight_update", "/end_weight_update") and hasattr(io_struct, "BeginWeightUpdateReqInput"):
+            # SGLang >= 0.5.23's weight-update session (older releases: 404, as over HTTP)
+            cls = io_struct.BeginWeightUpdateReqInput if path.startswith("/begin") else io_struct.EndWeightUpdateReqInput
+            ok, message = self._run(getattr(tm, path[1:])(cls(), None))[:2]
+            return (200 if ok else 400), {"success": ok, "message": message}
         if path == "/update_weights_from_tensor":
+            from verl_sglang_lora.sglang_contract.installed import struct_fields
+
             cls = io_struct.UpdateWeightsFromTensorReqInput
-            fields = getattr(cls, "__dataclass_fields__", {}) or {}
-            obj = cls(**{k: v for k, v in body.items() if not fields or k in fields})
+            fields = struct_fields(cls)  # dataclass (<= 0.5.18) or msgspec struct (0.5.23) fields
+            obj = cls(**{k: v for k, v in body.items() if k in fields})
             ok, message = self._run(tm.update_weights_from_tensor(obj, None))[:2]
             return (200 if ok else 400), {"success": ok, "message": message}
         return 404, {"error": f"{path} is not mapped for the in-process engine"}

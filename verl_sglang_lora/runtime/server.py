@@ -35,6 +35,7 @@ from verl_sglang_lora.sglang_contract.errors import SGLangRequestError, request_
 from verl_sglang_lora.runtime.resident import LOADER_PATH
 from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS
 from verl_sglang_lora.runtime.resident.slots import ResidentSlots
+from verl_sglang_lora.runtime.resident.update_request import send_loader_request
 from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base, weight_update_session
 from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
 from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_REQUEST_CLASS
@@ -346,39 +347,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
     async def _loader_call(self, blobs: list[bytes]) -> None:
         """One request to the plugin's custom weight loader in SGLang's scheduler (its status reaches the client
         through the shared status tensor; SGLang's own answer is checked here)."""
-        cls = io_struct("UpdateWeightsFromTensorReqInput")
-        declared = struct_fields(cls)
-        kwargs: dict[str, Any] = {"serialized_named_tensors": blobs, "load_format": LOADER_PATH, "flush_cache": False}
-        if "disable_draft_model" in declared:
-            kwargs["disable_draft_model"] = True  # a speculative draft model has no LoRA slots
-        if "selector" in declared:
-            kwargs["selector"] = "target"  # the same, where the release names the runners instead
-        if not self._update_session:
-            await self._sglang_call("update_weights_from_tensor", cls(**kwargs))
-            return
-        # SGLang >= 0.5.23 takes tensor updates only inside a session; on an unquantized base (support.py) its
-        # begin/end restore and re-process nothing
-        begin = io_struct("BeginWeightUpdateReqInput")
-        try:
-            await self._sglang_call("begin_weight_update", begin(selector="target")
-                                    if "selector" in struct_fields(begin) else begin())
-        except SGLangRequestError:
-            await self._end_session_quietly()  # a timed-out begin may have opened it; SGLang refuses a second
-            raise
-        try:
-            await self._sglang_call("update_weights_from_tensor", cls(**kwargs))
-        except SGLangRequestError as exc:
-            ended = await self._end_session_quietly()
-            raise SGLangRequestError(exc.endpoint, exc.status, exc.body + ("" if ended is None else f"; {ended}")) from exc
-        await self._sglang_call("end_weight_update", io_struct("EndWeightUpdateReqInput")())
-
-    async def _end_session_quietly(self) -> str | None:
-        """Close a weight-update session that may be open; its own failure is returned, not raised."""
-        try:
-            await self._sglang_call("end_weight_update", io_struct("EndWeightUpdateReqInput")())
-        except SGLangRequestError as exc:
-            return f"closing the weight-update session: {exc.body}"
-        return None
+        await send_loader_request(self._sglang_call, blobs, LOADER_PATH, self._update_session)
 
     def _retire_uncertain(self, name: str) -> None:
         """A load that timed out may still land: its name is never reused (a retry of the version gets a revision

@@ -119,7 +119,10 @@ class EngineBench:
 
     def call(self, method: str, obj: Any) -> Any:
         """A tokenizer-manager request; SGLang's refusal raised with its message."""
-        out = self.run(getattr(self.tm, method)(obj, None))
+        return self.run(self.acall(method, obj))
+
+    async def acall(self, method: str, obj: Any) -> Any:
+        out = await getattr(self.tm, method)(obj, None)
         ok, message = request_outcome(out)
         if not ok:
             raise RuntimeError(f"{method}: {message}")
@@ -144,6 +147,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
 
     from verl_sglang_lora.runtime.resident import LOADER_PATH
     from verl_sglang_lora.runtime.resident.requests import SLOTS, ResidentRequests, check_results
+    from verl_sglang_lora.runtime.resident.support import weight_update_session
+    from verl_sglang_lora.runtime.resident.update_request import send_loader_request
     from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
     from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
     from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
@@ -162,7 +167,6 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     flat = collector.collect(iter(versions[0]), names.resolve_lora)
     nbytes = flat.nbytes
     load_cls = io_struct.LoadLoRAAdapterFromTensorsReqInput
-    update_cls = io_struct.UpdateWeightsFromTensorReqInput
 
     def load_tensors(name: str, pinned: bool = False) -> None:
         fields = adapter_request_fields(config, flat, tp_size=1)
@@ -171,10 +175,11 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     def unload(name: str) -> None:
         bench.call("unload_lora_adapter", io_struct.UnloadLoRAAdapterReqInput(lora_name=name))
 
+    session = weight_update_session()
+
     def loader(calls: list) -> None:
-        for c in calls:
-            bench.call("update_weights_from_tensor", update_cls(serialized_named_tensors=c.blobs,
-                                                                load_format=LOADER_PATH, flush_cache=False))
+        for c in calls:  # as the server actor sends it (inside a weight-update session on SGLang >= 0.5.23)
+            bench.run(send_loader_request(bench.acall, c.blobs, LOADER_PATH, session))
         failed = check_results(calls, scaling)
         if failed:
             raise RuntimeError(failed)
