@@ -488,7 +488,7 @@ def resident_release_facts() -> dict[str, Any]:
     return {"unsupported_two_ranks": resident_reason("auto", 2), "primes": needs_priming(),
             "unsupported_quantized_base": resident_reason("auto", 1, base_unsafe="the checkpoint is quantized"),
             "weight_update_session": weight_update_session(),
-            "session_structs": session_structs(),
+            "session_structs": session_structs(), "loader_request_flow": loader_request_flow(),
             "wrapper_keeps_fields": fields(wrapped) == fields(ServerArgs)}
 
 
@@ -497,6 +497,33 @@ def resident_reason(mode: str, ranks: int, base_unsafe: str | None = None) -> st
     from verl_sglang_lora.runtime.resident.support import unsupported_reason
 
     return unsupported_reason(mode, ranks, base_unsafe)
+
+
+def loader_request_flow() -> dict[str, Any]:
+    """The requests the server actor's loader call sends on this release (``update_request.send_loader_request``
+    with this release's structs), answered by a recorder: in order, and when the update is refused."""
+    import asyncio
+
+    from verl_sglang_lora.runtime.resident.support import weight_update_session
+    from verl_sglang_lora.runtime.resident.update_request import send_loader_request
+
+    def run(refuse: str | None) -> list[str]:
+        sent: list[str] = []
+
+        async def call(method: str, request: Any) -> Any:
+            sent.append(f"{method}:{type(request).__name__}")
+            if method == refuse:
+                raise RuntimeError("refused")
+            return True, "Success"
+
+        try:
+            asyncio.run(send_loader_request(call, [b"x"], "pkg.loader", weight_update_session()))
+        except RuntimeError:
+            sent.append("raised")
+        return sent
+
+    return {"ok": run(None), "update_refused": run("update_weights_from_tensor"),
+            "begin_refused": run("begin_weight_update")}
 
 
 def session_structs() -> dict[str, Any] | None:
