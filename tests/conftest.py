@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -40,3 +41,48 @@ def sglang_or_skip(module: str = "sglang.srt.managers.io_struct"):
         return importlib.import_module(module)
     except Exception as exc:  # a half-installed SGLang raises KeyError on re-import, not only ImportError
         pytest.skip(f"SGLang not importable here: {type(exc).__name__}: {exc}")
+
+
+
+# ---- xdist scheduling (scripts/run_cpu_tests.sh runs `-n <cores> --dist loadfile`) ---------------------------
+# A test file is one unit of work, so a module's fixtures (the 7 release probes, the resident selfchecks) run once, on
+# one worker -- except that the files which run the doctor in-process are one unit together: the doctor's
+# fresh-interpreter probes (~10 s of SGLang/verl imports each) are answered once per process (tools/doctor.py, Probe),
+# so on one worker they are paid once instead of once per file.
+# The units go out slowest first, each to the next free worker (xdist's own order is by number of tests, which sent
+# the one-test Ray files, 30-50 s each, last, with one worker idle meanwhile). The order only schedules: within a file
+# the tests keep their order. Seconds: a 2-core run of the suite; a file not listed counts as fast.
+_DOCTOR_UNIT = ("test_doctor_on_cpu", "test_bad_lora_settings_on_cpu", "test_topology_on_cpu")
+_SLOW_UNITS = {
+    "doctor": 135, "test_compat_matrix_on_cpu": 55, "test_server_actor_on_cpu": 50, "test_weight_sync_client_on_cpu": 50,
+    "test_fault_scripts_on_cpu": 45, "test_topology_launch_on_cpu": 40, "test_resident_actor_on_cpu": 38,
+    "test_sync_faults_on_cpu": 35, "test_registration_on_cpu": 33, "test_sync_metrics_on_cpu": 25,
+    "test_resident_slot_on_cpu": 25, "test_server_import_on_cpu": 23, "test_restart_recovery_on_cpu": 18,
+    "test_examples_on_cpu": 18, "test_served_effect_on_cpu": 17,
+}
+
+
+def _unit(path: str) -> str:
+    module = Path(path.split("::", 1)[0]).stem
+    return "doctor" if module in _DOCTOR_UNIT else module
+
+
+def pytest_collection_modifyitems(config, items):
+    # stable: files and tests keep their relative order within one weight
+    items.sort(key=lambda item: -_SLOW_UNITS.get(_unit(item.nodeid), 0))
+
+
+if importlib.util.find_spec("xdist") is not None:
+
+    def pytest_xdist_make_scheduler(config, log):
+        if config.getvalue("dist") != "loadfile":
+            return None
+        from xdist.scheduler import LoadFileScheduling
+
+        class SlowestFirstFiles(LoadFileScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                scope = super()._split_scope(nodeid)
+                return "tests/doctor-in-process" if _unit(scope) == "doctor" else scope
+
+        config.option.loadscopereorder = False  # keep the collection order set above
+        return SlowestFirstFiles(config, log)
