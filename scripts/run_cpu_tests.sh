@@ -12,7 +12,8 @@
 # the releases are listed once, in verl_sglang_lora/releases.json. The release dirs are built side by side (as
 # many at a time as there are cores). Every step is idempotent and takes about a second when already done.
 # Tests run on pytest-xdist workers, one per core, a test file per worker (--dist loadfile: module fixtures that
-# start subprocesses run once). pytest's exit code 5 (no tests collected) counts as success.
+# start subprocesses run once; tests/conftest.py hands the slowest files out first and keeps the three in-process
+# doctor files on one worker). pytest's exit code 5 (no tests collected) counts as success.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -65,7 +66,7 @@ if [ ! -d tests ]; then
 fi
 xdist=()
 if [ "$WORKERS" -gt 1 ]; then xdist=(-n "$WORKERS" --dist loadfile); fi
-say "3/3 pytest tests -m 'not gpu' on $WORKERS worker(s) (~8-9 min on 2 cores; the slowest tests are listed at the end)"
+say "3/3 pytest tests -m 'not gpu' on $WORKERS worker(s) (~5-6 min on 2 cores; the slowest tests are listed at the end)"
 set +e
 # SGLang contract tests must not skip here: a broken SGLang install fails them instead.
 VERL_SGLANG_LORA_REQUIRE_SGLANG=1 .venv/bin/python -m pytest tests -q -m "not gpu" --durations=10 \
