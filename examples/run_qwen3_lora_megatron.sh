@@ -23,19 +23,8 @@ ATTN_BACKEND=${ATTN_BACKEND:-flash}
 EXP=${EXP:-qwen3_lora_sglang_megatron}
 ASSETS=${ASSETS:-$PWD/.assets/tiny}
 
-# the plugin from this checkout, in every step below and in Ray's workers (they inherit the environment)
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-command -v "$PYTHON" >/dev/null \
-    || { echo "verl-sglang-lora: no '$PYTHON' here. Fix: PYTHON=/path/to/python3 (3.10-3.12)" >&2; exit 2; }
-
-"$PYTHON" -m verl_sglang_lora.tools.preflight --gpu-only --gpus "$NGPUS" || exit 2
-CHECK=()
-if [[ "${VSL_SKIP_SETUP:-0}" != 1 ]]; then
-    PYTHON=$("$PYTHON" -m verl_sglang_lora.tools.gpu_env --skip-gpu-check --gpus "$NGPUS" --megatron) || exit 2
-    CHECK=(--constraints auto)  # the env was built to the tested set: every pin must be there
-fi
-"$PYTHON" -m verl_sglang_lora.tools.preflight --gpus "$NGPUS" "${CHECK[@]}" --megatron --attn-backend "$ATTN_BACKEND" || exit 2
+source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh"
+vsl_setup --megatron --attn-backend "$ATTN_BACKEND"
 
 if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
     "$PYTHON" -m verl_sglang_lora.tools.offline_assets --out "$ASSETS" >/dev/null
