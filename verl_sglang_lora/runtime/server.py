@@ -36,8 +36,8 @@ from verl_sglang_lora.runtime.resident import LOADER_PATH
 from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS
 from verl_sglang_lora.runtime.resident.slots import ResidentSlots
 from verl_sglang_lora.runtime.resident.update_request import send_loader_request
-from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base, weight_update_session
-from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
+from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base
+from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_session
 from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_REQUEST_CLASS
 from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
@@ -88,7 +88,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self._update_session = self.resident_on and weight_update_session()
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on)
         self._raw_generate_request = None
-        self.prefix_tags = PrefixTags(struct_fields(io_struct("GenerateReqInput")))
+        self.prefix_tags = PrefixTags()
         self._warned_no_adapter = False
         self._pending_canary: tuple[str, CanaryExpectation] | None = None
         self._unload_retry: list[str] = []  # stale versions SGLang refused to unload

@@ -83,3 +83,12 @@ def io_struct(name: str) -> type:
         return getattr(module, name)
     except AttributeError as exc:
         raise ImportError(f"sglang {sglang_version()} has no io_struct.{name}; see docs/compatibility.md") from exc
+
+
+def weight_update_session() -> bool:
+    """Whether the installed SGLang takes tensor updates only inside ``begin/end_weight_update`` (0.5.23 on)."""
+    try:
+        io_struct("BeginWeightUpdateReqInput")
+    except ImportError:
+        return False
+    return True

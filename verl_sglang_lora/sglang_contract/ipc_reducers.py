@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
+from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields, weight_update_session
 
 REQUEST_CLASS = "UpdateWeightsFromTensorReqInput"
 
@@ -39,11 +39,7 @@ def empty_tensor_update(tp_size: int, cls: type | None = None) -> Any:
 def needs_priming() -> bool:
     """False where the installed SGLang runs tensor updates only inside a weight-update session (0.5.23+): there an
     update outside one is refused, and its adapter load applies the torch patch itself (docs/compatibility.md)."""
-    try:
-        io_struct("BeginWeightUpdateReqInput")
-    except ImportError:
-        return True
-    return False
+    return not weight_update_session()
 
 
 async def prime_scheduler_reducers(tokenizer_manager: Any, tp_size: int) -> None:

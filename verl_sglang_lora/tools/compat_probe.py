@@ -483,7 +483,7 @@ def resident_release_facts() -> dict[str, Any]:
         return sorted(getattr(cls, "__dataclass_fields__", None) or getattr(cls, "__struct_fields__", ()))
 
     wrapped = wrap_server_args(ServerArgs, {"enable_lora": True, "custom_weight_loader": ["x"]})
-    from verl_sglang_lora.runtime.resident.support import weight_update_session
+    from verl_sglang_lora.sglang_contract.installed import weight_update_session
 
     return {"unsupported_two_ranks": resident_reason("auto", 2), "primes": needs_priming(),
             "unsupported_quantized_base": resident_reason("auto", 1, base_unsafe="the checkpoint is quantized"),
@@ -504,8 +504,8 @@ def loader_request_flow() -> dict[str, Any]:
     with this release's structs), answered by a recorder: in order, and when the update is refused."""
     import asyncio
 
-    from verl_sglang_lora.runtime.resident.support import weight_update_session
     from verl_sglang_lora.runtime.resident.update_request import send_loader_request
+    from verl_sglang_lora.sglang_contract.installed import weight_update_session
 
     def run(refuse: str | None) -> list[str]:
         sent: list[str] = []
@@ -529,16 +529,14 @@ def loader_request_flow() -> dict[str, Any]:
 def session_structs() -> dict[str, Any] | None:
     """The weight-update session requests the server actor builds on a release that has them (None where absent):
     built from the release's own classes, with the fields the server sets."""
-    from verl_sglang_lora.runtime.resident.support import weight_update_session
-    from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
+    from verl_sglang_lora.runtime.resident.update_request import begin_request, update_request
+    from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_session
 
     if not weight_update_session():
         return None
-    begin, end = io_struct("BeginWeightUpdateReqInput"), io_struct("EndWeightUpdateReqInput")
-    update = struct_fields(io_struct("UpdateWeightsFromTensorReqInput"))
-    built = begin(selector="target") if "selector" in struct_fields(begin) else begin()
-    end()
-    return {"begin_selector": getattr(built, "selector", None), "update_has_selector": "selector" in update}
+    io_struct("EndWeightUpdateReqInput")()
+    return {"begin_selector": getattr(begin_request(), "selector", None),
+            "update_has_selector": getattr(update_request([], "pkg.loader"), "selector", None) == "target"}
 
 
 def stub_inert_modules() -> list[str]:

@@ -38,7 +38,7 @@ import torch
 
 from verl_sglang_lora.runtime.sync.prefix_tags import PrefixTags
 from verl_sglang_lora.sglang_contract.errors import request_outcome
-from verl_sglang_lora.sglang_contract.installed import io_struct as sglang_struct, struct_fields
+from verl_sglang_lora.sglang_contract.installed import io_struct as sglang_struct
 from verl_sglang_lora.tools.benchmarks import pct
 from verl_sglang_lora.tools.sglang_launcher import free_ports
 
@@ -92,7 +92,7 @@ class EngineBench:
                                     skip_server_warmup=True, log_level="warning", **args, **extra)
         self.tm = self.engine.tokenizer_manager
         self.model_dir = model_dir
-        self.tags = PrefixTags(struct_fields(sglang_struct("GenerateReqInput")))
+        self.tags = PrefixTags()
 
     def run(self, coro: Any) -> Any:
         return self.engine.loop.run_until_complete(coro)
@@ -147,8 +147,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
 
     from verl_sglang_lora.runtime.resident import LOADER_PATH
     from verl_sglang_lora.runtime.resident.requests import SLOTS, ResidentRequests, check_results
-    from verl_sglang_lora.runtime.resident.support import weight_update_session
     from verl_sglang_lora.runtime.resident.update_request import send_loader_request
+    from verl_sglang_lora.sglang_contract.installed import weight_update_session
     from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
     from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
     from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config

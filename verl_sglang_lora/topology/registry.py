@@ -17,7 +17,7 @@ from verl_sglang_lora.topology.schema import SETTING, Topology
 DEFAULT_TIMEOUT_S = 900.0  # a frozen engine still starting when reward code first asks: load + profile + warm-up
 POLL_S = 1.0
 _urls: dict[str, str] = {}
-_held_hosts: list[Any] = []  # see ensure_host
+_held_hosts: dict[str, Any] = {}  # namespace -> the host's handle; see ensure_host
 
 
 def ensure_host(topology: Topology, actor_tp: int, visible_key: str = "CUDA_VISIBLE_DEVICES", **host_kwargs: Any) -> Any:
@@ -30,11 +30,12 @@ def ensure_host(topology: Topology, actor_tp: int, visible_key: str = "CUDA_VISI
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node = ray.get_runtime_context().get_node_id()
+    namespace = host_namespace()
     host = ray.remote(TopologyHost).options(
-        name=HOST_NAME, namespace=host_namespace(), get_if_exists=True, num_cpus=0, max_restarts=0,
+        name=HOST_NAME, namespace=namespace, get_if_exists=True, num_cpus=0, max_restarts=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
     ).remote(topology, actor_tp, visible_key=visible_key, **host_kwargs)
-    _held_hosts.append(host)
+    _held_hosts[namespace] = host
     return host
 
 

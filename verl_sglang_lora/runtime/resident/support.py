@@ -6,21 +6,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from verl_sglang_lora.sglang_contract.installed import weight_update_session
+from verl_sglang_lora.verl_glue.config_access import cfg_get
+
 logger = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
 SETTING = "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.resident"
-
-
-def weight_update_session() -> bool:
-    """Whether the installed SGLang takes tensor updates only inside ``begin/end_weight_update`` (0.5.23 on)."""
-    from verl_sglang_lora.sglang_contract.installed import io_struct
-
-    try:
-        io_struct("BeginWeightUpdateReqInput")
-    except (AttributeError, ImportError):
-        return False
-    return True
 
 
 def unsupported_reason(mode: str, sglang_ranks: int, base_unsafe: str | None = None) -> str | None:
@@ -61,18 +53,14 @@ def session_unsafe_base(model_config: Any, rollout_config: Any) -> str | None:
     hf_config = getattr(model_config, "hf_config", None)
     if getattr(hf_config, "quantization_config", None) is not None:
         return "the checkpoint is quantized (quantization_config in its config.json)"
-    sglang_kwargs = ((_get(rollout_config, "engine_kwargs") or {}).get("sglang") or {})
+    sglang_kwargs = cfg_get(cfg_get(rollout_config, "engine_kwargs"), "sglang")
     for key in QUANT_KEYS:
-        if _get(rollout_config, key) or sglang_kwargs.get(key):
+        if cfg_get(rollout_config, key) or cfg_get(sglang_kwargs, key):
             return f"the rollout quantizes the base ({key})"
     for field in MOE_FIELDS:
         if (getattr(hf_config, field, 0) or 0) > 0:
             return f"the base is a mixture of experts ({field}={getattr(hf_config, field)}: its expert weights are re-packed)"
     return None
-
-
-def _get(config: Any, key: str) -> Any:
-    return config.get(key) if hasattr(config, "get") else getattr(config, key, None)
 
 
 def resident_enabled(mode: str, sglang_ranks: int, base_unsafe: str | None = None) -> bool:

@@ -14,13 +14,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
+
 TAG = "|sglang_lora_v"
 
 
 class PrefixTags:
     """Which content version each adapter name holds, and the tag requests for that name carry."""
 
-    def __init__(self, generate_fields: set[str] | frozenset[str]) -> None:
+    def __init__(self, generate_fields: set[str] | frozenset[str] | None = None) -> None:
+        """``generate_fields``: the fields of SGLang's ``GenerateReqInput`` (default: the installed release's)."""
+        if generate_fields is None:
+            generate_fields = set(struct_fields(io_struct("GenerateReqInput")))
         cpp_tree = os.environ.get("SGLANG_EXPERIMENTAL_CPP_RADIX_TREE", "").lower() in ("1", "true", "yes")
         self.supported = "extra_key" in generate_fields and not cpp_tree
         self._tags: dict[str, str] = {}
