@@ -36,6 +36,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rank", action="append", type=int, help="repeatable; default 8, 32, 128")
     p.add_argument("--iters", type=int, default=30, help="timed iterations per path (after --warmup)")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--settle-ms", type=float, default=0.0,
+                   help="idle gap before each path's sync (a run syncs after a training step, not after a request)")
     p.add_argument("--mem-fraction", type=float, default=0.5)
     p.add_argument("--no-cuda-graph", action="store_true", help="CUDA graphs are on by default, as in a rollout")
     p.add_argument("--engine-arg", action="append", default=[], help="key=value for sglang.Engine (repeatable)")
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     from verl_sglang_lora.tools.sync_matrix import main as matrix_main
 
     return matrix_main(args.shape or ["qwen3-0.6b"], sorted(set(args.rank or [8, 32, 128])), args.iters,
-                       args.warmup, args.mem_fraction, args.json, engine_args(args.engine_arg, not args.no_cuda_graph))
+                       args.warmup, args.mem_fraction, args.json, engine_args(args.engine_arg, not args.no_cuda_graph),
+                       args.settle_ms)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,12 @@ class PathTimes:
 
     sync: list[float] = field(default_factory=list)
     first: list[float] = field(default_factory=list)
+    phases: dict[str, list[float]] = field(default_factory=dict)  # where a path's sync time goes, per sample
     error: str | None = None
+
+    def phase(self, **ms: float) -> None:
+        for name, value in ms.items():
+            self.phases.setdefault(name, []).append(value)
 
     def row(self, control_ms: float, nbytes: int) -> dict[str, Any]:
         """``control_ms``: the median first request of the control (same loop position, no sync)."""
@@ -63,7 +68,8 @@ class PathTimes:
         return {"n": len(self.sync), "p50_ms": round(p50, 3), "p95_ms": round(pct(self.sync, 0.95), 3),
                 "max_ms": round(max(self.sync), 3), "GBps": round(nbytes / p50 / 1e6, 2),
                 "first_request_ms": None if first is None else round(first, 3),
-                "first_batch_penalty_ms": None if first is None else round(first - control_ms, 3)}
+                "first_batch_penalty_ms": None if first is None else round(first - control_ms, 3),
+                "phases_p50_ms": {k: round(pct(v, 0.5), 3) for k, v in self.phases.items()}}
 
 
 def guard(times: PathTimes, fn: Callable[[], None]) -> None:
@@ -138,8 +144,10 @@ def logprobs(reply: dict) -> list[float]:
         [float(x[0]) for x in meta["output_token_logprobs"]]
 
 
-def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Path) -> dict[str, Any]:
-    """Every path for one adapter rank (slots created for it, dropped after)."""
+def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Path,
+             settle_ms: float = 0.0) -> dict[str, Any]:
+    """Every path for one adapter rank (slots created for it, dropped after). ``settle_ms``: an idle gap before each
+    path's sync (in a run the sync follows a training step, not a request)."""
     from safetensors.torch import save_file
 
     from sglang.srt.managers import io_struct
@@ -207,10 +215,15 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         slot = SLOTS[1] if served["slot"] == SLOTS[0] else SLOTS[0]
         t0 = time.perf_counter()
         call = requests.writes(1000 + i, flat.checksum)[slot]
+        t1 = time.perf_counter()
         loader([call])
         bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key
         served["slot"] = slot
-        return (time.perf_counter() - t0) * 1e3
+        t2 = time.perf_counter()
+        if i >= warmup:  # the scheduler's own time (loader total) vs the round trip around it
+            times["inplace"].phase(build_ms=(t1 - t0) * 1e3, round_trip_ms=(t2 - t1) * 1e3,
+                                   loader_ms=call.result()["total_ns"] / 1e6)
+        return (t2 - t0) * 1e3
 
     def versioned(i: int) -> float:
         name = f"bench_v{rank}_{i}"
@@ -256,6 +269,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             control.append(first)
         for path in PATHS:
             def one(path: str = path) -> None:
+                if settle_ms:
+                    time.sleep(settle_ms / 1e3)
                 ms = fns[path](i)
                 first = bench.timed_request(served_name[path]())
                 if i >= warmup:
@@ -375,7 +390,8 @@ def check_slot(bench: EngineBench, requests: Any, slot: str, load_tensors: Calla
     return out
 
 
-def run_shape(shape: str, ranks: list[int], iters: int, warmup: int, mem: float, extra: dict[str, Any]) -> dict:
+def run_shape(shape: str, ranks: list[int], iters: int, warmup: int, mem: float, extra: dict[str, Any],
+              settle_ms: float = 0.0) -> dict:
     from verl_sglang_lora.tools.benchmarks import write_checkpoint
 
     root = Path(tempfile.mkdtemp(prefix=f"matrix_{shape}_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
@@ -385,12 +401,12 @@ def run_shape(shape: str, ranks: list[int], iters: int, warmup: int, mem: float,
         try:
             import sglang
 
-            results = [run_rank(bench, r, iters, warmup, root) for r in ranks]
+            results = [run_rank(bench, r, iters, warmup, root, settle_ms) for r in ranks]
         finally:
             bench.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)  # the checkpoint (16 GB for 8B) and the adapters live in /dev/shm
-    return {"shape": shape, "sglang": sglang.__version__, "ranks": results}
+    return {"shape": shape, "sglang": sglang.__version__, "settle_ms": settle_ms, "ranks": results}
 
 
 def flat_rows(results: list[dict]) -> list[dict]:
@@ -399,7 +415,8 @@ def flat_rows(results: list[dict]) -> list[dict]:
     for shape in results:
         for rank in shape["ranks"]:
             for row in rank["rows"]:
-                rows.append({"shape": shape["shape"], "sglang": shape["sglang"], "transport": "engine", **row})
+                rows.append({"shape": shape["shape"], "sglang": shape["sglang"], "transport": "engine",
+                             "settle_ms": shape.get("settle_ms", 0.0), **row})
     return rows
 
 
@@ -413,13 +430,17 @@ def print_table(rows: list[dict]) -> None:
         cells = [r.get(k) for k in ("p50_ms", "p95_ms", "max_ms", "first_batch_penalty_ms", "GBps",
                                     "speedup_vs_versioned", "speedup_vs_disk", "correct")]
         print(f"| {r['shape']} | {r['rank']} | {r['path']} | " + " | ".join("-" if c is None else str(c) for c in cells) + " |")
+    for r in rows:
+        if r.get("phases_p50_ms"):
+            print(f"phases p50 ms {r['shape']} r{r['rank']} {r['path']} (settle {r.get('settle_ms', 0.0)} ms): "
+                  + ", ".join(f"{k} {v}" for k, v in r["phases_p50_ms"].items()))
 
 
 def main(shapes: list[str], ranks: list[int], iters: int, warmup: int, mem: float, json_path: Path | None,
-         extra: dict[str, Any]) -> int:
+         extra: dict[str, Any], settle_ms: float = 0.0) -> int:
     results = []
     for shape in shapes:
-        results.append(run_shape(shape, ranks, iters, warmup, mem, extra))
+        results.append(run_shape(shape, ranks, iters, warmup, mem, extra, settle_ms))
         print("result", json.dumps(results[-1], default=str), flush=True)  # survives a later shape's failure
     rows = flat_rows(results)
     print_table(rows)
