@@ -41,23 +41,30 @@ def _server_info(base: str) -> dict[str, Any]:
 
 
 def _write_evidence(judge_url: str) -> None:
-    """Once per process: the judge's and the actor replicas' own view of their ServerArgs."""
+    """Once per process: the judge's and the actor replicas' own view of their ServerArgs. A failure to read them is
+    written into the evidence (the check then fails on it), never raised into the reward."""
     global _evidence_written
     out = os.environ.get("VSL_TOPOLOGY_EVIDENCE_DIR")
     if _evidence_written or not out:
         return
     _evidence_written = True
-    import ray
+    record: dict[str, Any] = {"judge": {"url": judge_url}, "actor_replicas": {}, "errors": []}
+    try:
+        record["judge"].update(_server_info(judge_url))
+    except Exception as exc:  # noqa: BLE001 - recorded, the check fails on it
+        record["errors"].append(f"judge {judge_url}/server_info: {type(exc).__name__}: {exc}")
+    try:
+        import ray
 
-    record: dict[str, Any] = {"judge": {"url": judge_url, **_server_info(judge_url)}, "actor_replicas": {}}
-    for replica in range(64):  # verl's server actors: sglang_server_<replica>_<node>
-        try:
-            server = ray.get_actor(f"sglang_server_{replica}_0")
-        except ValueError:
-            break
-        host, port = ray.get(server.get_server_address.remote())
-        base = f"http://{'[' + host + ']' if ':' in str(host) else host}:{port}"
-        record["actor_replicas"][replica] = {"url": base, **_server_info(base)}
+        for replica in range(64):  # verl's server actors: sglang_server_<replica>_<node>
+            try:
+                server = ray.get_actor(f"sglang_server_{replica}_0")
+            except ValueError:
+                break
+            # the actor's in-process server answers /server_info with HTTP 500 on verl 0.9.1: ask the server actor
+            record["actor_replicas"][replica] = ray.get(server.launched_server_args.remote(list(SHOWN)))
+    except Exception as exc:  # noqa: BLE001
+        record["errors"].append(f"actor replicas: {type(exc).__name__}: {exc}")
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"evidence_{os.getpid()}.json")
     with open(path + ".tmp", "w") as f:

@@ -410,3 +410,63 @@ def test_the_proof_reward_asks_the_judge_by_name_and_scores_its_logprobs(monkeyp
     path, body = seen[0]
     assert path == "/generate" and body["text"] == "Answer: 42" and body["return_logprob"] is True
     assert result == {"score": math.exp(-2.0), "judge_mean_logprob": -2.0}
+
+
+def test_the_proof_reward_records_unreadable_server_args_instead_of_failing(monkeypatch, tmp_path):
+    """The GPU run's reward died on its evidence (verl 0.9.1's in-process /server_info answers 500): a failure to read
+    a server's arguments is written into the evidence, the reward still scores."""
+    import http.server
+    import importlib.util
+    import threading
+
+    import ray
+
+    class Judge(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            data = json.dumps({"meta_info": {"input_token_logprobs": [[None, 1, None], [-1.0, 2, None]]}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # /server_info as the actor's in-process server answered it on the H200
+            self.send_error(500, "Internal Server Error")
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Judge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        spec = importlib.util.spec_from_file_location("judge_reward_ev", ROOT / "examples" / "judge_reward.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        monkeypatch.setattr(module, "model_url", lambda name: f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setattr(ray, "get_actor", lambda name: (_ for _ in ()).throw(ValueError(name)))  # no replicas
+        monkeypatch.setenv("VSL_TOPOLOGY_EVIDENCE_DIR", str(tmp_path))
+        result = module.compute_score("gsm8k", "42", "42")
+    finally:
+        server.shutdown()
+    assert result["judge_mean_logprob"] == -1.0
+    [evidence] = [json.loads(p.read_text()) for p in tmp_path.glob("evidence_*.json")]
+    assert evidence["actor_replicas"] == {}
+    assert len(evidence["errors"]) == 1 and "/server_info: HTTPError: HTTP Error 500" in evidence["errors"][0]
+
+
+def test_a_replica_reports_the_server_args_its_sglang_runs_with(tiny_qwen3):
+    """What ``SGLangLoRARollout.launched_server_args`` answers: the fields of the real installed ServerArgs the
+    replica's tokenizer manager holds; a name that is not a field is an error naming it."""
+    from types import SimpleNamespace
+
+    from verl_sglang_lora.verl_glue.server_args import running_server_args
+
+    sa = sglang_or_skip("sglang.srt.server_args")
+    args = sa.ServerArgs(model_path=str(tiny_qwen3), device="cpu", mem_fraction_static=0.4, max_running_requests=48)
+    tm = SimpleNamespace(server_args=args)
+    got = running_server_args(tm, ["mem_fraction_static", "max_running_requests", "tp_size"])
+    assert got == {"mem_fraction_static": 0.4, "max_running_requests": 48, "tp_size": 1}
+    with pytest.raises(KeyError, match="no_such_field"):
+        running_server_args(tm, ["no_such_field"])
+    with pytest.raises(RuntimeError, match="not launched"):
+        running_server_args(None, ["tp_size"])

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Issue 18 item 5, the GPU proof (run once in session 8: failed, host ended by Ray; fixed in 892f69e, not re-run): one GRPO run (STEPS=4) of the FSDP2 LoRA example with
+# Issue 18 item 5, the GPU proof (session 9: 4 steps with the judge; docs/validation.md): one GRPO run (STEPS=4) of the FSDP2 LoRA example with
 # examples/topology_judge.yaml -- the actor plus a frozen judge served by SGLang on the same GPU -- and the reward
 # examples/judge_reward.py, which finds the judge by name (model_url("judge")) and scores with its log-probs.
 #   bash scripts/device/topology_run.sh [extra hydra overrides...]      (one H200; logs under $OUT)
-# Prints: the launched servers' arguments (the plugin's launch lines, then what each server reports in /server_info)
+# Prints: the launched servers' arguments (the plugin's launch lines, then what each server runs with: the judge's
+# /server_info, each actor replica's through its server actor -- verl 0.9.1's in-process /server_info answers 500)
 # and checks them against the YAML's overrides; the steps run; whether any frozen engine outlived the run.
 set -uo pipefail
 [ -d /tmp/site/sglang ] || bash scripts/offline_bundle/install.sh /tmp/whl /tmp/site > "${OUT:-/tmp/out}/install.log" 2>&1
@@ -37,7 +38,9 @@ if not files:
     sys.exit("FAIL: no evidence written (the reward function never ran, or VSL_TOPOLOGY_EVIDENCE_DIR did not reach it)")
 ev = json.load(open(files[0]))
 print(json.dumps(ev, indent=1, sort_keys=True))
-bad = 0
+bad = len(ev.get("errors", []))
+for err in ev.get("errors", []):
+    print(f"FAIL: {err}")
 servers = [("judge", ev["judge"])] + [(f"actor replica {r}", s) for r, s in sorted(ev["actor_replicas"].items())]
 for label, served in servers:
     want = models["judge" if label == "judge" else "actor"]["server_groups"][0].get("overrides", {})

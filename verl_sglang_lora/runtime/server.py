@@ -41,7 +41,7 @@ from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_
 from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_REQUEST_CLASS
 from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
-from verl_sglang_lora.verl_glue.server_args import wrap_server_args
+from verl_sglang_lora.verl_glue.server_args import running_server_args, wrap_server_args
 from verl_sglang_lora.topology.launch import replica_launch_overrides
 from verl_sglang_lora.runtime.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
 from verl_sglang_lora.runtime.sync.metrics import SyncMetrics
@@ -453,6 +453,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
 
     def adapter_status(self) -> dict[str, Any]:
         return {**self.adapters.status(), "last_canary": self.last_canary}
+
+    def launched_server_args(self, keys: list[str]) -> dict[str, Any]:
+        """The ServerArgs fields ``keys`` this replica's SGLang runs with (e.g. for a topology check)."""
+        return running_server_args(getattr(self, "tokenizer_manager", None), keys)
 
     async def _unload(self, names: list[str], raise_on_failure: bool = False) -> None:
         """Unload stale versions. A refusal is logged with SGLang's message, counted, and the name retried at the

@@ -87,3 +87,16 @@ def wrap_server_args(
             setattr(make, attr, getattr(original, attr))
     make.__wrapped__ = original  # type: ignore[attr-defined]
     return make
+
+
+def running_server_args(tokenizer_manager: Any, keys: list[str]) -> dict[str, Any]:
+    """``keys`` of the ServerArgs a launched SGLang runs with (its tokenizer manager's own copy): verl 0.9.1's
+    in-process server answers ``/server_info`` with HTTP 500 (``'PortArgs' object is not a mapping``), so a replica's
+    real arguments are read here instead."""
+    args = getattr(tokenizer_manager, "server_args", None)
+    if args is None:
+        raise RuntimeError("sglang_lora: this replica's SGLang is not launched (no tokenizer manager yet)")
+    missing = [k for k in keys if not hasattr(args, k)]
+    if missing:
+        raise KeyError(f"not fields of the installed SGLang's ServerArgs: {missing}")
+    return {k: getattr(args, k) for k in keys}
