@@ -19,7 +19,7 @@ import ray, torch
 torch.multiprocessing.set_sharing_strategy("file_system")
 from tests.server_probe import start_probe_server
 from verl_sglang_lora.runtime.resident import selfcheck
-from verl_sglang_lora.runtime.resident.requests import ResidentRequests, SLOTS, check_results
+from verl_sglang_lora.runtime.resident.requests import ResidentRequests, SLOTS, check_results, write_targets
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
 from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
 from verl_sglang_lora.runtime.sync.metrics import SyncStats
@@ -30,7 +30,7 @@ resolve = lambda n: (n, LORA_RE.match(n).group("module_path"), LORA_RE.match(n).
 collector, requests, config = AdapterCollector(), ResidentRequests(torch.device("cpu")), selfcheck.peft_config(8)
 out = {"launch_args": ray.get(srv.server_args.remote(False))}
 
-def push(version, resident, failed=None, fields=True):
+def push(version, resident, failed=None, fields=True, slots=SLOTS):
     adapter = collector.collect(iter(selfcheck.peft_adapter(8, seed=version).items()), resolve)
     f = adapter_request_fields(config, adapter, 1) if fields else {}
     calls, payload = {}, None
@@ -40,13 +40,13 @@ def push(version, resident, failed=None, fields=True):
         payload = {"attach": [(c.op, c.slot, c.blobs) for c in attach],
                    "slot_fields": adapter_request_fields(config, adapter, 1)}
     elif resident == "write":
-        writes = requests.writes(version, adapter.checksum)
+        writes = requests.writes(version, adapter.checksum, slots)
         calls = {("write", s): c for s, c in writes.items()}
         payload = {"writes": {s: c.blobs for s, c in writes.items()}}
     result = ray.get(srv.sync_adapter.remote(AdapterPush(version, adapter.fingerprint, version, f, SyncStats(version=version),
                                                          None, payload, failed)))
     ran = [calls[tuple(x)] for x in (result.get("resident") or {}).get("ran", [])]
-    return {"action": result["action"], "name": result.get("name"), "ran": [list(x) for x in result["resident"]["ran"]],
+    return {"action": result["action"], "name": result.get("name"), "ran": [list(x) for x in result["resident"].get("ran", [])],
             "check": check_results(ran, config["lora_alpha"] / config["r"]) if ran else None, "results": [c.result() for c in ran],
             "inplace": (result.get("stats") or {}).get("inplace"), "resident": result["resident"]}
 
@@ -57,7 +57,10 @@ out["v1"] = push(1, "attach")
 served("r1")
 out["v2"] = push(2, "write", fields=False)
 served("r2")
-out["v3"] = push(3, "write", fields=False)
+# a client that built only the write for the served slot (its view is stale): the server does not write the served
+# slot, and asks for the load fields instead
+out["v3_stale"] = push(3, "write", fields=False, slots=("verl_lora_slot1",))
+out["v3"] = push(3, "write", fields=False, slots=write_targets(out["v2"]["name"]))
 served("r3")
 out["flushes"] = [c for c in ray.get(srv.calls.remote()) if c[0] == "flush"]
 out["generate_keys"] = ray.get(srv.generate_keys.remote())
@@ -88,6 +91,8 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     assert v2["results"][0]["scaling"] == pytest.approx(16 / 8) and v2["results"][0]["lora_r"] == 8
     assert v2["results"][0]["copies"] > 0 and v2["inplace"] == 1
     assert (v3["name"], v3["ran"]) == ("verl_lora_slot0", [["write", "verl_lora_slot0"]]) and v3["check"] is None
+    # the client builds only the idle slot's write when it knows the served one; a stale guess is never written
+    assert out["v3_stale"]["action"] == "need_fields" and out["v3_stale"]["ran"] == []
     # a failed client check: the version is loaded the ordinary way, the path is off, the slots are dropped
     assert (v4["action"], v4["name"]) == ("load", "verl_lora_v4") and v4["resident"]["disabled"].startswith("checksum")
     calls = [tuple(c) for c in out["calls"]]

@@ -40,3 +40,11 @@ def test_a_base_the_weight_update_session_would_reprocess_is_named() -> None:
     # the reason only matters where SGLang wraps updates in sessions; elsewhere the in-place path runs as before
     reason = unsupported_reason("auto", 1, base_unsafe=moe)
     assert reason is None or ("weight-update session" in reason and "mixture of experts" in reason)
+
+
+def test_a_client_writes_only_the_slot_the_server_does_not_serve():
+    """One serialization and stream sync per sync instead of two; unknown served slot: both, the server picks."""
+    from verl_sglang_lora.runtime.resident.requests import SLOTS, write_targets
+
+    assert write_targets(SLOTS[0]) == (SLOTS[1],) and write_targets(SLOTS[1]) == (SLOTS[0],)
+    assert write_targets(None) == SLOTS and write_targets("verl_lora_v7") == SLOTS  # after an ordinary load

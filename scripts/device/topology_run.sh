@@ -10,6 +10,8 @@ set -uo pipefail
 [ -d /tmp/site/sglang ] || bash scripts/offline_bundle/install.sh /tmp/whl /tmp/site > "${OUT:-/tmp/out}/install.log" 2>&1
 bash scripts/device/install_plugin.sh 2>&1 | tail -1
 source scripts/device/env.sh
+# the summary below also lands in $LOGDIR: a device call returns only the last 12 000 characters of stdout
+exec > >(tee -a "$LOGDIR/topology_summary.txt") 2>&1
 TOPOLOGY=$PWD/examples/topology_judge.yaml
 EVIDENCE=$LOGDIR/topology_evidence
 ASSETS=$PWD/.assets/tiny

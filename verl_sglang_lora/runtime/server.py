@@ -335,6 +335,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             logger.warning("sglang_lora: both resident slots are in use by running requests; version %d takes "
                            "the ordinary load", push.version)
             return None
+        if slot not in push.resident["writes"]:  # the client wrote for the slot it saw idle last; this once, a load
+            logger.info("sglang_lora: version %d came without a write for the idle slot %s (the client's view of the "
+                        "served slot is older than this server's); it takes the ordinary load", push.version, slot)
+            return None
         try:
             await self._loader_call(push.resident["writes"][slot])
         except SGLangRequestError as exc:  # the idle slot may be half written: never served, dropped

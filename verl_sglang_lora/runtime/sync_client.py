@@ -20,7 +20,7 @@ import torch
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import sleep_level
 from verl_sglang_lora.runtime.fault_injection import served_config
-from verl_sglang_lora.runtime.resident.requests import ResidentRequests, check_results
+from verl_sglang_lora.runtime.resident.requests import ResidentRequests, check_results, write_targets
 from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base
 from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
@@ -57,6 +57,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
                                                        session_unsafe_base(self.model_config, self.config))
         self._resident = ResidentRequests(current_device()) if on and current_device() is not None else None
         self._resident_attached = -1  # the collector layout the server's slots are attached to (-1: none)
+        self._resident_active: str | None = None  # the slot the server served after the last sync (None: unknown)
         self._served_scaling: float | None = None  # the trainer's peft scaling, which SGLang's lora_alpha / r must equal
         if self.lora.as_adapter and self.settings.device_collect:
             install_device_collect()
@@ -166,8 +167,8 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         """The loader calls for this sync: attach (once per launch and buffer layout) or one write per slot."""
         if self._resident is None:
             return {}, None
-        if inplace:
-            writes = self._resident.writes(version, adapter.checksum)
+        if inplace:  # the server writes its idle slot: the one it does not serve, when the last sync said which
+            writes = self._resident.writes(version, adapter.checksum, write_targets(self._resident_active))
             return ({("write", slot): c for slot, c in writes.items()},
                     {"writes": {slot: c.blobs for slot, c in writes.items()}})
         attach = self._resident.attach(adapter.tensors, version, adapter.flat, adapter.checksum)
@@ -188,6 +189,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             self._resident = None
         ran = [calls[tuple(op_slot)] for op_slot in state.get("ran", [])]
         self._resident_attached = self._collector.layouts_built if state.get("attached") else -1
+        self._resident_active = result.get("name") if result.get("action") in ("inplace", "ack") else None
         return check_results(ran, self._served_scaling) if ran else None
 
     async def _snapshot(self, version: int, adapter: FlatAdapter, config: dict, global_steps: int | None) -> float:

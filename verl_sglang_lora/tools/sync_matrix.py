@@ -214,7 +214,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     def inplace(i: int) -> float:
         slot = SLOTS[1] if served["slot"] == SLOTS[0] else SLOTS[0]
         t0 = time.perf_counter()
-        call = requests.writes(1000 + i, flat.checksum)[slot]
+        call = requests.writes(1000 + i, flat.checksum, (slot,))[slot]  # the idle slot's call only, as the client
         t1 = time.perf_counter()
         loader([call])
         bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key

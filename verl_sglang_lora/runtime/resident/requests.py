@@ -70,11 +70,19 @@ class ResidentRequests:
                 self.call("attach", SLOTS[1], adapter, flat, version=version, write=1, sum0=s0, sum1=s1),
                 self.call("compare", SLOTS[1], ref=SLOTS[0])]
 
-    def writes(self, version: int, checksum: tuple[int, int]) -> dict[str, LoaderCall]:
-        """An in-place write for each slot, carrying the trainer's checksum of its flat buffer (the one the loader
-        copies from) for the loader to verify the slot against; the server actor sends the one for its idle slot."""
+    def writes(self, version: int, checksum: tuple[int, int], slots: tuple[str, ...] = SLOTS) -> dict[str, LoaderCall]:
+        """An in-place write for each of ``slots``, carrying the trainer's checksum of its flat buffer (the one the
+        loader copies from) for the loader to verify the slot against; the server actor sends the one for its idle
+        slot. Each call costs a serialization and a stream sync: a client that knows the idle slot builds one."""
         s0, s1 = checksum
-        return {slot: self.call("write", slot, version=version, checksum=1, sum0=s0, sum1=s1) for slot in SLOTS}
+        return {slot: self.call("write", slot, version=version, checksum=1, sum0=s0, sum1=s1) for slot in slots}
+
+
+def write_targets(served: str | None) -> tuple[str, ...]:
+    """The slots a client builds in-place writes for: the one the server does not serve, or both when the client
+    does not know which it serves (first write after an attach it did not see, a load in between)."""
+    other = tuple(s for s in SLOTS if s != served)
+    return other if len(other) == 1 else SLOTS
 
 
 _warned_unmirrored = False
