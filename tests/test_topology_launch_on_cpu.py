@@ -6,6 +6,7 @@ SGLang needs a GPU (scripts/device/topology_run.sh); here a stand-in answers ``/
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -369,26 +370,27 @@ def test_model_url_outside_a_ray_job_says_how_to_reach_it():
     assert out.returncode != 0 and "called outside the run's Ray job" in out.stderr
 
 
-def test_the_proof_reward_asks_the_judge_by_name_and_scores_its_logprobs(monkeypatch):
-    """examples/judge_reward.py against a stand-in judge answering SGLang's /generate shape."""
+@contextlib.contextmanager
+def stand_in_judge(logprobs: list, seen: list | None = None):
+    """examples/judge_reward.py loaded fresh, and a stand-in judge answering SGLang's /generate shape with these input
+    log-probs; its /server_info answers 500, as the actor's in-process server did on the H200. Yields (module, url)."""
     import http.server
     import importlib.util
-    import math
     import threading
-
-    seen = []
 
     class Judge(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen.append((self.path, body))
-            out = {"text": "x", "meta_info": {"input_token_logprobs": [[None, 1, None], [-1.0, 2, None],
-                                                                       [-3.0, 3, None]]}}
-            data = json.dumps(out).encode()
+            if seen is not None:
+                seen.append((self.path, body))
+            data = json.dumps({"text": "x", "meta_info": {"input_token_logprobs": logprobs}}).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def do_GET(self):
+            self.send_error(500, "Internal Server Error")
 
         def log_message(self, *a):
             pass
@@ -399,13 +401,19 @@ def test_the_proof_reward_asks_the_judge_by_name_and_scores_its_logprobs(monkeyp
         spec = importlib.util.spec_from_file_location("judge_reward", ROOT / "examples" / "judge_reward.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        asked = []
-        monkeypatch.setattr(module, "model_url", lambda name: asked.append(name) or
-                            f"http://127.0.0.1:{server.server_address[1]}")
-        monkeypatch.delenv("VSL_TOPOLOGY_EVIDENCE_DIR", raising=False)
-        result = module.compute_score("gsm8k", "42", "42")
+        yield module, f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
+
+
+def test_the_proof_reward_asks_the_judge_by_name_and_scores_its_logprobs(monkeypatch):
+    import math
+
+    seen, asked = [], []
+    with stand_in_judge([[None, 1, None], [-1.0, 2, None], [-3.0, 3, None]], seen) as (module, url):
+        monkeypatch.setattr(module, "model_url", lambda name: asked.append(name) or url)
+        monkeypatch.delenv("VSL_TOPOLOGY_EVIDENCE_DIR", raising=False)
+        result = module.compute_score("gsm8k", "42", "42")
     assert asked == ["judge"]
     path, body = seen[0]
     assert path == "/generate" and body["text"] == "Answer: 42" and body["return_logprob"] is True
@@ -415,39 +423,13 @@ def test_the_proof_reward_asks_the_judge_by_name_and_scores_its_logprobs(monkeyp
 def test_the_proof_reward_records_unreadable_server_args_instead_of_failing(monkeypatch, tmp_path):
     """The GPU run's reward died on its evidence (verl 0.9.1's in-process /server_info answers 500): a failure to read
     a server's arguments is written into the evidence, the reward still scores."""
-    import http.server
-    import importlib.util
-    import threading
-
     import ray
 
-    class Judge(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            data = json.dumps({"meta_info": {"input_token_logprobs": [[None, 1, None], [-1.0, 2, None]]}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):  # /server_info as the actor's in-process server answered it on the H200
-            self.send_error(500, "Internal Server Error")
-
-        def log_message(self, *a):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Judge)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        spec = importlib.util.spec_from_file_location("judge_reward_ev", ROOT / "examples" / "judge_reward.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        monkeypatch.setattr(module, "model_url", lambda name: f"http://127.0.0.1:{server.server_address[1]}")
+    with stand_in_judge([[None, 1, None], [-1.0, 2, None]]) as (module, url):
+        monkeypatch.setattr(module, "model_url", lambda name: url)
         monkeypatch.setattr(ray, "get_actor", lambda name: (_ for _ in ()).throw(ValueError(name)))  # no replicas
         monkeypatch.setenv("VSL_TOPOLOGY_EVIDENCE_DIR", str(tmp_path))
         result = module.compute_score("gsm8k", "42", "42")
-    finally:
-        server.shutdown()
     assert result["judge_mean_logprob"] == -1.0
     [evidence] = [json.loads(p.read_text()) for p in tmp_path.glob("evidence_*.json")]
     assert evidence["actor_replicas"] == {}
