@@ -31,7 +31,7 @@ t0=$SECONDS
 say "1/3 CPU test environment .venv (scripts/setup_cpu_env.sh; a fresh machine: ~1-2 min, mostly downloads)"
 bash scripts/setup_cpu_env.sh
 
-say "2/3 release dirs under .cache/: SGLang ${SGLANG_RELEASES[*]}, verl ${VERL_RELEASES[*]} ($CORES at a time; each installed, compiled and probed)"
+say "2/3 release dirs under .cache/: SGLang ${SGLANG_RELEASES[*]}, verl ${VERL_RELEASES[*]} ($CORES at a time; each installed and its version checked: the compat tests import it)"
 LOGS="$ROOT/.cache/logs"
 mkdir -p "$LOGS"
 jobs_=()

@@ -50,7 +50,7 @@ case "$VERSION" in
   *) log "WARNING: untested release; installing sglang==$VERSION with no extras" ;;
 esac
 
-stamp_inputs=("$ROOT/scripts/sglang_release.sh" "$ROOT/scripts/cpu_env/release_dir.sh" "$ROOT/scripts/cpu_env/sglang_probe.py" "$ROOT/scripts/cpu_env/vsl_cpu_shim.py")
+stamp_inputs=("$ROOT/scripts/sglang_release.sh" "$ROOT/scripts/cpu_env/release_dir.sh" "$ROOT/scripts/cpu_env/vsl_cpu_shim.py")
 for d in "${STUB_DIRS[@]+"${STUB_DIRS[@]}"}"; do
   while IFS= read -r f; do stamp_inputs+=("$f"); done < <(find "$d" -name '*.py' | sort)
 done
@@ -88,24 +88,19 @@ for d in "${STUB_DIRS[@]+"${STUB_DIRS[@]}"}"; do
 done
 t_install=$((SECONDS - t0))
 
-log "verifying with scripts/cpu_env/sglang_probe.py"
-if ! PYTHONPATH="$TMP" "$VPY" "$ROOT/scripts/cpu_env/sglang_probe.py" --expect "$VERSION" \
-      --out "$TMP/probe.json" >/dev/null 2>"$TMP/probe.err"; then
-  cat "$TMP/probe.json" >&2 2>/dev/null || true
-  tail -30 "$TMP/probe.err" >&2 || true
-  die "probe failed for sglang $VERSION"
+# What the release declares is checked where it is used: tests/test_compat_matrix_on_cpu.py imports it through the
+# plugin's compat probe (a broken dir fails those tests with the probe's traceback; an import check here as well cost
+# ~8 CPU-s per release, the same imports again). VSL_RELEASE_PROBE=1 runs scripts/cpu_env/sglang_probe.py here too.
+found="$(release_dist_version "$TMP" sglang || true)"
+[ "$found" = "$VERSION" ] || die "installed sglang $found into $TMP, expected $VERSION"
+if [ "${VSL_RELEASE_PROBE:-0}" = 1 ]; then
+  log "verifying with scripts/cpu_env/sglang_probe.py"
+  if ! PYTHONPATH="$TMP" "$VPY" "$ROOT/scripts/cpu_env/sglang_probe.py" --expect "$VERSION" \
+        --out "$TMP/probe.json" >/dev/null 2>"$TMP/probe.err"; then
+    cat "$TMP/probe.json" >&2 2>/dev/null || true
+    tail -30 "$TMP/probe.err" >&2 || true
+    die "probe failed for sglang $VERSION"
+  fi
 fi
-# the probe ran from the tmp path; record the summary and swap the dir in
 release_finish "$want_stamp"
-"$VPY" - "$TARGET/probe.json" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-s = d["LoadLoRAAdapterFromTensorsReqInput"]
-tensors = [k for k in s["fields"] if "serialized" in k]
-print(f"  sglang {d['sglang_version']}: LoadLoRAAdapterFromTensorsReqInput is a {s['kind']}; "
-      + ", ".join(f"{k}: {s['fields'][k]}" for k in tensors))
-resolved_all = d["lora_check(['all'])"]
-print(f"  LoRA check: {d['lora_check_route']} -> ['all'] resolves to {resolved_all}")
-print(f"  stubs loaded: {d['cpu_stubs_loaded'] or 'none'}; torchvision schema shim used: {d['torchvision_schema_shim_used']}")
-EOF
 log "ready in $((SECONDS - t0))s (install ${t_install}s): $TARGET"

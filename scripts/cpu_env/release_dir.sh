@@ -1,5 +1,5 @@
 # Shared by scripts/sglang_release.sh and scripts/verl_release_env.sh (sourced): a release is installed with
-# `pip --no-deps --target` into a temporary dir, probed there, then swapped into place; a stamp of the inputs
+# `pip --no-deps --target` into a temporary dir, its version checked there, then swapped into place; a stamp of the inputs
 # skips all of it when nothing changed. Expects ROOT, VERSION, TARGET and STAMP to be set.
 
 # release_stamp FILE...: hash of the given inputs, the version and the main venv's dependency stamp
@@ -22,11 +22,18 @@ release_begin() {
   if [ -n "${VSL_WHEEL_DIR:-}" ]; then find_links=(--find-links "$VSL_WHEEL_DIR"); fi
 }
 
-# release_finish WANT: swap TMP in as TARGET, point probe.json at the final path, write the stamp
+# release_dist_version DIR NAME: the version of NAME's dist-info in DIR (no import)
+release_dist_version() {
+  local meta
+  meta="$(ls -d "$1/$2"-*.dist-info 2>/dev/null | head -1)"
+  [ -n "$meta" ] && sed -n 's/^Version: //p' "$meta/METADATA" | head -1
+}
+
+# release_finish WANT: swap TMP in as TARGET, point probe.json (if probed) at the final path, write the stamp
 release_finish() {
   rm -rf "$TARGET"
   mv "$TMP" "$TARGET"
   trap - EXIT
-  sed -i "s#$TMP#$TARGET#g" "$TARGET/probe.json"
+  if [ -f "$TARGET/probe.json" ]; then sed -i "s#$TMP#$TARGET#g" "$TARGET/probe.json"; fi
   echo "$1" > "$STAMP"
 }
