@@ -57,14 +57,22 @@ out["v1"] = push(1, "attach")
 served("r1")
 out["v2"] = push(2, "write", fields=False)
 served("r2")
-# a client that built only the write for the served slot (its view is stale): the server does not write the served
-# slot, and asks for the load fields instead
-out["v3_stale"] = push(3, "write", fields=False, slots=("verl_lora_slot1",))
-out["v3"] = push(3, "write", fields=False, slots=write_targets(out["v2"]["name"]))
+out["v3"] = push(3, "write", fields=False, slots=write_targets(out["v2"]["name"]))  # as the client: the idle slot only
 served("r3")
+# a client whose view of the served slot is stale built only the write for the served slot: never run; the server
+# asks for the load fields, the client re-sends with them (the sync client's path) and the version is loaded
+loader_ops_before = sum(1 for c in ray.get(srv.calls.remote()) if c[0] == "loader")
+out["v4_stale"] = push(4, "write", fields=False, slots=("verl_lora_slot0",))
+out["loader_ops_stale"] = sum(1 for c in ray.get(srv.calls.remote()) if c[0] == "loader") - loader_ops_before
+out["v4"] = push(4, None)
+served("r4")
+# after that load the client knows no served slot: it builds both writes, the server writes the one it last left idle
+out["v5_targets"] = list(write_targets(out["v4"]["name"]))
+out["v5"] = push(5, "write", fields=False, slots=write_targets(out["v4"]["name"]))
+served("r5")
 out["flushes"] = [c for c in ray.get(srv.calls.remote()) if c[0] == "flush"]
 out["generate_keys"] = ray.get(srv.generate_keys.remote())
-out["v4"] = push(4, None, failed="checksum mismatch (test)")
+out["v6"] = push(6, None, failed="checksum mismatch (test)")
 out["calls"] = [c for c in ray.get(srv.calls.remote()) if c[0] in ("load_tensors", "loader", "unload")]
 out["status"] = ray.get(srv.adapter_status.remote())
 print(json.dumps(out, default=str))
@@ -78,7 +86,7 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     out = run_probe_script(_SCRIPT, str(tiny_qwen3), str(tmp_path), extra_env={"PROBE_RESIDENT": "1"})
 
     assert out["launch_args"]["max_lora_rank"] == 8
-    v1, v2, v3, v4 = out["v1"], out["v2"], out["v3"], out["v4"]
+    v1, v2, v3, v4, v5, v6 = (out[f"v{i}"] for i in range(1, 7))
     # first sync: SGLang's own load into both pinned slots, attach, the plan's write compared with SGLang's load
     assert v1["action"] == "inplace" and v1["name"] == "verl_lora_slot0" and v1["check"] is None
     assert v1["ran"] == [["attach", "verl_lora_slot0"], ["attach", "verl_lora_slot1"], ["compare", "verl_lora_slot1"]]
@@ -91,23 +99,31 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     assert v2["results"][0]["scaling"] == pytest.approx(16 / 8) and v2["results"][0]["lora_r"] == 8
     assert v2["results"][0]["copies"] > 0 and v2["inplace"] == 1
     assert (v3["name"], v3["ran"]) == ("verl_lora_slot0", [["write", "verl_lora_slot0"]]) and v3["check"] is None
-    # the client builds only the idle slot's write when it knows the served one; a stale guess is never written
-    assert out["v3_stale"]["action"] == "need_fields" and out["v3_stale"]["ran"] == []
+    # a stale single write (for the served slot) is never run: no loader call at all, the load fields are asked for
+    assert out["v4_stale"]["action"] == "need_fields" and out["v4_stale"]["ran"] == [] and out["loader_ops_stale"] == 0
+    assert (v4["action"], v4["name"]) == ("load", "verl_lora_v4") and v4["resident"]["disabled"] is None
+    # after the load the served slot is unknown to the client: both writes; the server writes slot1, the slot it left
+    # idle when slot0 was served last (slot0 may still hold requests of version 3)
+    assert out["v5_targets"] == ["verl_lora_slot0", "verl_lora_slot1"]
+    assert (v5["action"], v5["name"], v5["ran"]) == ("inplace", "verl_lora_slot1", [["write", "verl_lora_slot1"]])
+    assert v5["check"] is None
     # a failed client check: the version is loaded the ordinary way, the path is off, the slots are dropped
-    assert (v4["action"], v4["name"]) == ("load", "verl_lora_v4") and v4["resident"]["disabled"].startswith("checksum")
+    assert (v6["action"], v6["name"]) == ("load", "verl_lora_v6") and v6["resident"]["disabled"].startswith("checksum")
     calls = [tuple(c) for c in out["calls"]]
     assert calls[:2] == [("load_tensors", "verl_lora_slot0"), ("load_tensors", "verl_lora_slot1")]
-    assert calls.count(("load_tensors", "verl_lora_v4")) == 1
+    assert calls.count(("load_tensors", "verl_lora_v4")) == 1 and calls.count(("load_tensors", "verl_lora_v6")) == 1
+    assert ("unload", "verl_lora_v4") in calls  # the loaded version is retired once a slot serves again
     assert not any(c[0] == "unload" and c[1] in ("verl_lora_slot0", "verl_lora_slot1") for c in calls[:-2])
     assert set(calls[-2:]) == {("unload", "verl_lora_slot0"), ("unload", "verl_lora_slot1")}
-    assert out["status"]["active_name"] == "verl_lora_v4"
+    assert out["status"]["active_name"] == "verl_lora_v6"
 
-    # the prefix cache across in-place versions: no flush, each request keyed by its slot's version (a slot keeps
+    # the prefix cache across in-place versions: no flush, each request keyed by its adapter's version (a slot keeps
     # its lora id, so KV of version 2 must never match under version 3); the canary is keyed the same way
     assert out["flushes"] == []
     keys = [(name, (key or "").rsplit(".", 1)[0] or None) for name, key in out["generate_keys"]]  # drop the write count
     assert ("verl_lora_slot1", "|sglang_lora_v2") in keys and ("verl_lora_slot0", "|sglang_lora_v3") in keys
     assert ("verl_lora_slot0", "|sglang_lora_v1") in keys  # v1's canary / request on slot0 before the write of v3
+    assert ("verl_lora_v4", "|sglang_lora_v4") in keys and ("verl_lora_slot1", "|sglang_lora_v5") in keys
     assert all(key is None for name, key in keys if name is None)  # the base policy is never tagged
-    assert keys[-1] == ("verl_lora_slot0", "|sglang_lora_v3")  # verl's request after v3
-    assert len({key for _, key in out["generate_keys"] if key}) == 3  # one key per write
+    assert keys[-1] == ("verl_lora_slot1", "|sglang_lora_v5")  # verl's request after v5
+    assert len({key for _, key in out["generate_keys"] if key}) == 5  # one key per write or load
