@@ -233,3 +233,27 @@ def test_manager_found_through_the_model_runner_and_directly():
     runner = Runner(model)
     assert find_lora_manager(model) is runner.lora_manager
     assert find_lora_manager(model) is runner.lora_manager  # cached
+
+
+def test_a_pool_wider_than_the_adapter_makes_strided_slot_views() -> None:
+    """Why the sync matrix launches one engine per rank (tools/sync_matrix.py): in SGLang's real pool, an r32 adapter
+    in a max-rank-128 slot has strided destinations (torch's fused copy leaves its fast path), in a max-rank-32 slot
+    none -- the plugin always launches with max_lora_rank = the adapter's rank."""
+    from verl_sglang_lora.runtime.resident import selfcheck
+    from verl_sglang_lora.runtime.resident.plan import bind
+    from verl_sglang_lora.runtime.resident.trace import trace_layout
+
+    strided = {}
+    for max_rank in (32, 128):
+        with selfcheck.release_scope(1, 0, max_rank, 3) as server_args:
+            manager = selfcheck.build_manager(1, 0, max_rank, server_args)
+            adapter = selfcheck.peft_adapter(32, seed=2)
+            uid = selfcheck.load(manager, "verl_lora_slot0", adapter, 32, pinned=True)
+            manager.fetch_new_loras({uid})
+            _, views = selfcheck.flat_copy(adapter)
+            pairs = bind(trace_layout(manager, uid, views), manager.memory_pool,
+                         manager.memory_pool.uid_to_buffer_id[uid], views)
+            copies = [(s, d) for s, d in pairs if s is not None]
+            strided[max_rank] = sum(1 for s, d in copies if not d.is_contiguous() or s.stride() != d.stride())
+            total = len(copies)
+    assert strided[32] == 0 and 0 < strided[128] < total

@@ -60,3 +60,33 @@ def test_rows_carry_the_fields_the_h200_file_needs(capsys) -> None:
     out = capsys.readouterr().out
     assert "| qwen3-0.6b | 32 | inplace | 4.0 | 4.9 | 5.4 | 0.1 | 10.0 | 12.0 | 22.0 | True |" in out
     assert "| qwen3-0.6b | 32 | verl_stock | fails: TypeError: ... |" in out
+
+
+def test_each_rank_gets_its_own_engine_at_that_max_rank(monkeypatch, tmp_path) -> None:
+    """As the plugin launches SGLang (max_lora_rank = the adapter's rank); a launch that fails is that rank's rows."""
+    pytest.importorskip("sglang")
+    from verl_sglang_lora.tools import benchmarks, sync_matrix
+
+    launched, stopped = [], []
+
+    class Bench:
+        def __init__(self, model_dir, max_rank, mem, extra) -> None:
+            if max_rank == 128:
+                raise RuntimeError("CUDA out of memory")
+            launched.append(max_rank)
+
+        def stop(self) -> None:
+            stopped.append(1)
+
+    monkeypatch.setattr(sync_matrix, "EngineBench", Bench)
+    monkeypatch.setattr(sync_matrix, "run_rank", lambda bench, r, *a: {"rank": r, "rows": [{"rank": r, "path": "inplace",
+                                                                                         "p50_ms": 1.0, "correct": True}]})
+    monkeypatch.setattr(benchmarks, "write_checkpoint", lambda shape, out, live: out)
+    monkeypatch.setattr(sync_matrix.tempfile, "mkdtemp", lambda **kw: str(tmp_path))
+    rows = flat_rows([sync_matrix.run_shape("qwen3-0.6b", [8, 32, 128], 1, 0, 0.5, {})])
+    assert launched == [8, 32] and len(stopped) == 2
+    assert [(r["rank"], r["max_lora_rank"]) for r in rows if r["path"] == "inplace"] == [(8, 8), (32, 32), (128, 128)]
+    failed = [r for r in rows if r["rank"] == 128]
+    assert {r["path"] for r in failed} == set(sync_matrix.PATHS)
+    assert all(r["error"].startswith("engine launch (max_lora_rank=128) failed: RuntimeError: CUDA out of memory")
+               for r in failed)

@@ -3,9 +3,12 @@
     python -m verl_sglang_lora.benchmarks --shape qwen3-0.6b --shape qwen3-8b --rank 8 --rank 32 --rank 128 \\
         --iters 30 --json h200.json
 
-One process; per shape one in-process ``sglang.Engine`` (the plugin's server actor talks to the same tokenizer manager,
-no HTTP; the scheduler runs in its own process, so CUDA IPC is exercised as in a run), launched with the plugin's own
-LoRA arguments (resident slots on: ``max_loras_per_batch=3``, the custom weight loader). Per rank, the paths run in
+One process; per shape and rank one in-process ``sglang.Engine`` (the plugin's server actor talks to the same
+tokenizer manager, no HTTP; the scheduler runs in its own process, so CUDA IPC is exercised as in a run), launched with
+the plugin's own LoRA arguments for that rank (``max_lora_rank`` = the adapter's rank, as the plugin launches it;
+resident slots on: ``max_loras_per_batch=3``, the custom weight loader). One engine per shape at the largest rank
+measured something no run does: a smaller adapter in a wider pool slot makes the slot's lora_B views strided (half
+the copy pairs, checked on CPU against SGLang's real pool), which takes torch's fused copy off its fast path. Per rank, the paths run in
 turn inside every iteration, so a drift of the machine hits all of them alike. Each path starts with the new version
 already in the trainer's persistent flat device buffer and ends when SGLang serves it; then one 1-token request with
 that adapter: its time minus the control's is the first-batch penalty (the lazy pool fill of a freshly loaded adapter
@@ -43,6 +46,7 @@ from verl_sglang_lora.tools.benchmarks import pct
 from verl_sglang_lora.tools.sglang_launcher import free_ports
 
 PATHS = ("inplace", "versioned", "disk", "verl_stock")
+_USER_ENV = frozenset(os.environ)  # what the user set before the first engine
 PROMPT_IDS = [(17 * i + 3) % 1000 + 10 for i in range(24)]  # token ids: the checkpoints carry no tokenizer
 
 
@@ -93,7 +97,8 @@ class EngineBench:
 
         plan = lora_plan({"lora_rank": max_rank, "target_modules": "all-linear", "lora": {}})
         args = lora_launch_args(plan, resident=True)
-        os.environ.setdefault("SGLANG_GRPC_PORT", str(free_ports(1)[0]))  # the default (port + 10000) can exceed 65535
+        if "SGLANG_GRPC_PORT" not in _USER_ENV:  # the default (port + 10000) can exceed 65535; fresh per engine
+            os.environ["SGLANG_GRPC_PORT"] = str(free_ports(1)[0])
         self.engine = sglang.Engine(model_path=str(model_dir), mem_fraction_static=mem, skip_tokenizer_init=True,
                                     skip_server_warmup=True, log_level="warning", **args, **extra)
         self.tm = self.engine.tokenizer_manager
@@ -397,13 +402,21 @@ def run_shape(shape: str, ranks: list[int], iters: int, warmup: int, mem: float,
     root = Path(tempfile.mkdtemp(prefix=f"matrix_{shape}_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
     model_dir = write_checkpoint(shape, root / "model", live=True)
     try:
-        bench = EngineBench(model_dir, max(ranks), mem, extra)
-        try:
-            import sglang
+        import sglang
 
-            results = [run_rank(bench, r, iters, warmup, root, settle_ms) for r in ranks]
-        finally:
-            bench.stop()
+        results = []
+        for r in ranks:  # the pool's max rank is the adapter's, as in a run (module docstring)
+            try:
+                bench = EngineBench(model_dir, r, mem, extra)
+            except Exception as exc:  # noqa: BLE001 - this rank's rows carry the launch error, the others go on
+                error = f"engine launch (max_lora_rank={r}) failed: {type(exc).__name__}: {exc}"
+                results.append({"rank": r, "max_lora_rank": r, "rows": [{"rank": r, "path": p, "error": error,
+                                                                        "correct": None} for p in PATHS]})
+                continue
+            try:
+                results.append({**run_rank(bench, r, iters, warmup, root, settle_ms), "max_lora_rank": r})
+            finally:
+                bench.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)  # the checkpoint (16 GB for 8B) and the adapters live in /dev/shm
     return {"shape": shape, "sglang": sglang.__version__, "settle_ms": settle_ms, "ranks": results}
@@ -416,7 +429,8 @@ def flat_rows(results: list[dict]) -> list[dict]:
         for rank in shape["ranks"]:
             for row in rank["rows"]:
                 rows.append({"shape": shape["shape"], "sglang": shape["sglang"], "transport": "engine",
-                             "settle_ms": shape.get("settle_ms", 0.0), **row})
+                             "settle_ms": shape.get("settle_ms", 0.0), "max_lora_rank": rank.get("max_lora_rank"),
+                             **row})
     return rows
 
 
