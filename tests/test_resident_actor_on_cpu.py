@@ -12,7 +12,7 @@ import pytest
 from tests.server_probe import run_probe_script
 
 _SCRIPT = r"""
-import json, sys
+import json, sys, time
 from verl_sglang_lora.tools.compat_probe import stub_inert_modules
 stub_inert_modules()
 import ray, torch
@@ -55,7 +55,9 @@ def served(request_id):
 
 out["v1"] = push(1, "attach")
 served("r1")
+out["v2_window_ns"] = [time.time_ns()]
 out["v2"] = push(2, "write", fields=False)
+out["v2_window_ns"].append(time.time_ns())
 served("r2")
 out["v3"] = push(3, "write", fields=False, slots=write_targets(out["v2"]["name"]))  # as the client: the idle slot only
 served("r3")
@@ -98,6 +100,8 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     assert v2["results"][0]["verified_by"] == 2 and v1["results"][1]["verified_by"] == 2
     assert v2["results"][0]["scaling"] == pytest.approx(16 / 8) and v2["results"][0]["lora_r"] == 8
     assert v2["results"][0]["copies"] > 0 and v2["inplace"] == 1
+    # the loader stamps its entry with the host's wall clock (the matrix splits its round trip there)
+    assert out["v2_window_ns"][0] < v2["results"][0]["start_wall_ns"] < out["v2_window_ns"][1]
     assert (v3["name"], v3["ran"]) == ("verl_lora_slot0", [["write", "verl_lora_slot0"]]) and v3["check"] is None
     # a stale single write (for the served slot) is never run: no loader call at all, the load fields are asked for
     assert out["v4_stale"]["action"] == "need_fields" and out["v4_stale"]["ran"] == [] and out["loader_ops_stale"] == 0

@@ -220,14 +220,18 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         slot = SLOTS[1] if served["slot"] == SLOTS[0] else SLOTS[0]
         t0 = time.perf_counter()
         call = requests.writes(1000 + i, flat.checksum, (slot,))[slot]  # the idle slot's call only, as the client
-        t1 = time.perf_counter()
+        t1, sent_ns = time.perf_counter(), time.time_ns()
         loader([call])
+        t_back = time.perf_counter()
         bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key
         served["slot"] = slot
         t2 = time.perf_counter()
-        if i >= warmup:  # the scheduler's own time (loader total) vs the round trip around it
-            times["inplace"].phase(build_ms=(t1 - t0) * 1e3, round_trip_ms=(t2 - t1) * 1e3,
-                                   loader_ms=call.result()["total_ns"] / 1e6)
+        if i >= warmup:  # the round trip split at the loader's entry stamp (same host clock): in, loader, back
+            result = call.result()
+            inbound = (result["start_wall_ns"] - sent_ns) / 1e6
+            times["inplace"].phase(build_ms=(t1 - t0) * 1e3, round_trip_ms=(t_back - t1) * 1e3, inbound_ms=inbound,
+                                   loader_ms=result["total_ns"] / 1e6,
+                                   outbound_ms=(t_back - t1) * 1e3 - inbound - result["total_ns"] / 1e6)
         return (t2 - t0) * 1e3
 
     def versioned(i: int) -> float:

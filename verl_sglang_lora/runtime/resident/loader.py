@@ -203,7 +203,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
 
 def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
     """SGLang's custom-weight-loader hook. Never raises; reports through the request's status tensor."""
-    t0 = time.perf_counter_ns()
+    wall0, t0 = time.time_ns(), time.perf_counter_ns()
     req = None
     try:
         req = P.parse(named_tensors)
@@ -221,6 +221,7 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
     except Exception as exc:  # noqa: BLE001 - must not escape into SGLang's request loop
         fields, message = {P.STATE: P.FAILED, P.ERROR: 2, P.SEQ: seq}, f"{type(exc).__name__}: {exc}"
         logger.exception("verl resident loader: op=%s raised", req.op)
+    fields[P.START_WALL_NS] = wall0
     try:
         P.write_status(req.status, fields)
         P.write_message(req.message, message)
