@@ -473,7 +473,8 @@ class EngineServer:
         extra = list(args.server_arg)
         for flag, value in zip(extra[::2], extra[1::2]):
             kwargs[flag.lstrip("-").replace("-", "_")] = int(value) if value.isdigit() else value
-        os.environ["SGLANG_GRPC_PORT"] = str(free_port())
+        # no SGLANG_GRPC_PORT: ServerArgs' port 30000 gives 0.5.12 gRPC port 40000 (in range); 0.5.23 would start
+        # its native gRPC server for it
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
         self.engine = sglang.Engine(**kwargs)
         self.log_path = workdir / "server.log"

@@ -43,10 +43,8 @@ from verl_sglang_lora.runtime.sync.prefix_tags import PrefixTags
 from verl_sglang_lora.sglang_contract.errors import request_outcome
 from verl_sglang_lora.sglang_contract.installed import io_struct as sglang_struct
 from verl_sglang_lora.tools.benchmarks import pct
-from verl_sglang_lora.tools.sglang_launcher import free_ports
 
 PATHS = ("inplace", "versioned", "disk", "verl_stock")
-_USER_ENV = frozenset(os.environ)  # what the user set before the first engine
 PROMPT_IDS = [(17 * i + 3) % 1000 + 10 for i in range(24)]  # token ids: the checkpoints carry no tokenizer
 
 
@@ -97,8 +95,8 @@ class EngineBench:
 
         plan = lora_plan({"lora_rank": max_rank, "target_modules": "all-linear", "lora": {}})
         args = lora_launch_args(plan, resident=True)
-        if "SGLANG_GRPC_PORT" not in _USER_ENV:  # the default (port + 10000) can exceed 65535; fresh per engine
-            os.environ["SGLANG_GRPC_PORT"] = str(free_ports(1)[0])
+        # SGLANG_GRPC_PORT stays unset: the in-process engine keeps ServerArgs' port 30000 (0.5.12 derives gRPC port
+        # 40000 from it, in range), and on 0.5.23 setting the variable starts SGLang's native gRPC server
         self.engine = sglang.Engine(model_path=str(model_dir), mem_fraction_static=mem, skip_tokenizer_init=True,
                                     skip_server_warmup=True, log_level="warning", **args, **extra)
         self.tm = self.engine.tokenizer_manager
