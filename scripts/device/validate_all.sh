@@ -40,7 +40,7 @@ resident_checks() {
         grep -v "^  " "$LOGDIR/resident_$shape.log" | tail -20
     done
 }
-matrix() {  # issue 16 item 4: every path, ranks 8/32/128, both shapes, one engine per shape (tools/sync_matrix.py)
+matrix() {  # issue 16 item 4: every path, ranks 8/32/128, both shapes, one engine per shape and rank (tools/sync_matrix.py)
     timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.benchmarks ${MATRIX_ARGS:---shape qwen3-0.6b --shape qwen3-8b} \
         --iters "${MATRIX_ITERS:-30}" --engine-arg attention_backend=triton --engine-arg sampling_backend=pytorch \
         --engine-arg cuda_graph_max_bs=8 --json "$LOGDIR/matrix.json" > "$LOGDIR/matrix.log" 2>&1

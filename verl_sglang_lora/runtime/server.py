@@ -476,10 +476,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 logger.warning("sglang_lora: unloading stale adapter %s failed: %s", name, exc)
                 if raise_on_failure and name in self._unload_retry:
                     raise
-        self.adapters.forget([n for n in names if n not in failed])
-        for name in names:
-            if name not in failed:
-                self.prefix_tags.forget(name)
+        unloaded = [n for n in names if n not in failed]
+        self.adapters.forget(unloaded)
+        for name in unloaded:
+            self.prefix_tags.forget(name)
         self._unload_retry = [n for n in self._unload_retry if n not in names] + failed
 
     async def canary(self, prompt_ids: list[int], adapter: str) -> dict[str, float]:

@@ -164,7 +164,8 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         return result
 
     def _resident_calls(self, adapter: FlatAdapter, config: dict, version: int, inplace: bool):
-        """The loader calls for this sync: attach (once per launch and buffer layout) or one write per slot."""
+        """The loader calls for this sync: attach (once per launch and buffer layout), or the write for the slot the
+        server does not serve (both slots' writes when the last sync did not say which it serves)."""
         if self._resident is None:
             return {}, None
         if inplace:  # the server writes its idle slot: the one it does not serve, when the last sync said which

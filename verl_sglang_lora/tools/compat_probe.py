@@ -476,15 +476,14 @@ def resident_release_facts() -> dict[str, Any]:
     the release's ServerArgs fields (dataclass or msgspec)."""
     from sglang.srt.server_args import ServerArgs
 
+    from verl_sglang_lora.sglang_contract.installed import weight_update_session
     from verl_sglang_lora.sglang_contract.ipc_reducers import needs_priming
     from verl_sglang_lora.verl_glue.server_args import wrap_server_args
 
-    def fields(cls: Any) -> list[str]:
+    def fields(cls: Any) -> list[str]:  # read off the attributes: the wrapper is a function carrying the class's
         return sorted(getattr(cls, "__dataclass_fields__", None) or getattr(cls, "__struct_fields__", ()))
 
     wrapped = wrap_server_args(ServerArgs, {"enable_lora": True, "custom_weight_loader": ["x"]})
-    from verl_sglang_lora.sglang_contract.installed import weight_update_session
-
     return {"unsupported_two_ranks": resident_reason("auto", 2), "primes": needs_priming(),
             "unsupported_quantized_base": resident_reason("auto", 1, base_unsafe="the checkpoint is quantized"),
             "weight_update_session": weight_update_session(),

@@ -157,7 +157,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     from sglang.srt.utils import MultiprocessingSerializer
 
     from verl_sglang_lora.runtime.resident import LOADER_PATH
-    from verl_sglang_lora.runtime.resident.requests import SLOTS, ResidentRequests, check_results
+    from verl_sglang_lora.runtime.resident.requests import SLOTS, ResidentRequests, check_results, write_targets
     from verl_sglang_lora.runtime.resident.update_request import send_loader_request
     from verl_sglang_lora.sglang_contract.installed import weight_update_session
     from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
@@ -215,7 +215,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         torch.cuda.synchronize()
 
     def inplace(i: int) -> float:
-        slot = SLOTS[1] if served["slot"] == SLOTS[0] else SLOTS[0]
+        (slot,) = write_targets(served["slot"])  # the slot not served, as the client picks it
         t0 = time.perf_counter()
         call = requests.writes(1000 + i, flat.checksum, (slot,))[slot]  # the idle slot's call only, as the client
         t1, sent_ns = time.perf_counter(), time.time_ns()
@@ -226,10 +226,10 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         t2 = time.perf_counter()
         if i >= warmup:  # the round trip split at the loader's entry stamp (same host clock): in, loader, back
             result = call.result()
-            inbound = (result["start_wall_ns"] - sent_ns) / 1e6
-            times["inplace"].phase(build_ms=(t1 - t0) * 1e3, round_trip_ms=(t_back - t1) * 1e3, inbound_ms=inbound,
-                                   loader_ms=result["total_ns"] / 1e6,
-                                   outbound_ms=(t_back - t1) * 1e3 - inbound - result["total_ns"] / 1e6)
+            round_trip, inbound = (t_back - t1) * 1e3, (result["start_wall_ns"] - sent_ns) / 1e6
+            loader_ms = result["total_ns"] / 1e6
+            times["inplace"].phase(build_ms=(t1 - t0) * 1e3, round_trip_ms=round_trip, inbound_ms=inbound,
+                                   loader_ms=loader_ms, outbound_ms=round_trip - inbound - loader_ms)
         return (t2 - t0) * 1e3
 
     def versioned(i: int) -> float:
