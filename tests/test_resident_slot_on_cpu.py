@@ -125,6 +125,21 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
     assert write["scaling"] == 2.0 and write["lora_r"] == rank  # selfcheck's alpha is 2r
     assert not c["unknown_slot_status"]["ok"] and c["unknown_slot_status"]["error"] == 4
     assert c["unpinned_status"]["error"] == 10 and "not pinned" in c["unpinned_message"]
+    # the in-place write's form: an empty header, the answer on the reply channel the attach handed over
+    assert c["reply_attach_status"]["ok"] and c["reply_attach_status"]["seq"] == 10
+    reply_write, reply_stale = c["reply_write_status"], c["reply_stale_sum_status"]
+    assert reply_write["ok"] and reply_write["seq"] == 11 and reply_write["version"] == 5 and reply_write["copies"] == 28
+    assert reply_write["src_checksum"] == reply_write["dst_checksum"] != write["dst_checksum"]
+    # the attach-time probe of the channel: the slot's checksum, answered there, equals what the write left
+    probe = c["reply_checksum_status"]
+    assert probe["ok"] and probe["seq"] == 20 and probe["dst_checksum"] == reply_write["dst_checksum"]
+    if tp == 1:  # a wrong trainer checksum fails on the reply channel too, with its reason
+        assert not reply_stale["ok"] and reply_stale["error"] == 12 and reply_stale["seq"] == 12
+        assert "trainer's checksum" in c["reply_stale_sum_message"]
+    else:
+        assert reply_stale["ok"] and reply_stale["seq"] == 12
+    # detached: the loader has nowhere to answer, the channel keeps request 12's answer (the client's seq check)
+    assert c["reply_after_detach_status"]["seq"] == 12
 
 
 @pytest.mark.parametrize("tp, tp_rank, rank", CASES_0512, ids=[f"tp{t}.rank{k}.r{r}" for t, k, r in CASES_0512])
@@ -257,3 +272,37 @@ def test_a_pool_wider_than_the_adapter_makes_strided_slot_views() -> None:
             strided[max_rank] = sum(1 for s, d in copies if not d.is_contiguous() or s.stride() != d.stride())
             total = len(copies)
     assert strided[32] == 0 and 0 < strided[128] < total
+
+
+def test_a_write_moves_only_its_header_and_a_stale_answer_is_caught_by_seq() -> None:
+    """The client's side of the reply channel, through SGLang's own serializer: the attach hands the slot's write
+    pair over, a write's payload is one empty tensor, and an answer left from an earlier request fails the check."""
+    sglang_or_skip("sglang.srt.utils")
+    from sglang.srt.utils import MultiprocessingSerializer
+
+    from verl_sglang_lora.runtime.resident import protocol as P
+    from verl_sglang_lora.runtime.resident.requests import SLOTS, ResidentRequests, check_results
+
+    requests = ResidentRequests(torch.device("cpu"))
+    flat = torch.zeros(64, dtype=torch.uint8)
+    adapter = {"base_model.model.model.layers.0.mlp.down_proj.lora_A.weight": flat[:32].view(torch.float32).view(2, 4)}
+    attach = requests.attach(adapter, 0, flat, (1, 2))
+    sent = P.parse(MultiprocessingSerializer.deserialize(attach[1].blobs[0]))
+    assert sent.reply is not None and sent.status is not None and sent.get("slot") == SLOTS[1]
+
+    (write,) = requests.writes(5, (1, 2), (SLOTS[1],)).values()
+    named = MultiprocessingSerializer.deserialize(write.blobs[0])
+    assert len(named) == 1 and named[0][1].numel() == 0  # no tensor memory crosses
+    req = P.parse(named)
+    assert req.status is None and (req.op, req.get("slot"), req.int("version"), req.int("seq")) == (
+        "write", SLOTS[1], 5, write.seq)
+    # what the loader writes into the pair the attach handed over is what this write's check reads
+    P.write_status(sent.reply[0], {P.STATE: P.OK, P.SEQ: 77})
+    assert P.read_status(write.status)["seq"] == 77
+
+    # the channel holds an older request's success: the write is not taken as done
+    P.write_status(write.status, {P.STATE: P.OK, P.SEQ: write.seq - 1, P.SRC0: 1, P.SRC1: 2, P.DST0: 1, P.DST1: 2})
+    failed = check_results([write])
+    assert failed and f"never answered request {write.seq}" in failed and "scheduler log" in failed
+    P.write_status(write.status, {P.STATE: P.OK, P.SEQ: write.seq, P.SRC0: 1, P.SRC1: 2, P.DST0: 1, P.DST1: 2})
+    assert check_results([write]) is None

@@ -12,6 +12,7 @@ Ops (``op=`` in the header name):
   attach   slot=<lora_name> [version=N] [write=1] + adapter tensors: trace SGLang's layout for this rank, bind
            it to these tensors (kept referenced: send persistent buffers, e.g. CUDA IPC views of the trainer's
            flat buffer) and optionally write them.
+           With a reply channel (``protocol``), later requests for the slot with an empty header answer there.
   write    slot=<lora_name> version=N [checksum=0] [sum0=.. sum1=..]: copy the attached sources into the slot;
            adapter tensors in the same request are used instead (bound with the attached or a freshly traced
            layout). With the trainer's checksum of its flat buffer (sum0/sum1) and a mirror built at attach, the
@@ -54,6 +55,7 @@ class SlotState:
     version: int = -1
     mirror: Optional[Mirror] = None
     flat: Optional[torch.Tensor] = None  # the trainer's flat buffer (CUDA-IPC view), kept referenced
+    reply: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # the slot's reply channel (status, message)
 
 
 _SLOTS: dict[tuple[int, str], SlotState] = {}
@@ -173,7 +175,8 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
             raise ResidentError(1, "op=attach carries the adapter tensors")
         layout = _layout_for(manager, uid, req.tensors, state.layout if state else None)
         pairs = bind(layout, manager.memory_pool, slot, req.tensors)
-        state = SlotState(uid, slot, layout, pairs, fields[P.VERSION], _build_mirror(req, pairs, uid), req.flat)
+        state = SlotState(uid, slot, layout, pairs, fields[P.VERSION], _build_mirror(req, pairs, uid), req.flat,
+                          req.reply)
         _SLOTS[key] = state
         if req.get("write") == "1":
             fields.update(_copy(state.pairs, req.get("checksum", "1") == "1", state, _trainer_sum(req)))
@@ -210,7 +213,8 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
     except Exception as exc:  # noqa: BLE001 - nothing to report into without a header
         logger.error("verl resident loader: unusable request (%s: %s)", type(exc).__name__, exc)
         return
-    _KEEP[(req.op, req.get("slot") or "")] = (req.status, req.message)
+    if req.status is not None:
+        _KEEP[(req.op, req.get("slot") or "")] = (req.status, req.message)
     seq = req.int("seq", 0) if (req.get("seq") or "").lstrip("-").isdigit() else 0
     try:
         fields, message = handle(model, req)
@@ -223,8 +227,18 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
         logger.exception("verl resident loader: op=%s raised", req.op)
     fields[P.START_WALL_NS] = wall0
     try:
-        P.write_status(req.status, fields)
-        P.write_message(req.message, message)
-    except Exception:  # noqa: BLE001
-        logger.exception("verl resident loader: could not write the status tensor")
+        status, out = (req.status, req.message) if req.status is not None else _reply_channel(model, req)
+        P.write_status(status, fields)
+        P.write_message(out, message)
+    except Exception:  # noqa: BLE001 - the caller sees a stale seq and says the loader never reported
+        logger.exception("verl resident loader: op=%s seq=%s: could not report (%s)", req.op, seq, message)
+
+
+def _reply_channel(model: Any, req: P.Request) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reply channel the slot's attach handed over, for a request with an empty header."""
+    manager = find_lora_manager(model)
+    state = _SLOTS.get((id(manager), resolve_uid(manager, req.get("slot") or "")))
+    if state is None or state.reply is None:
+        raise ResidentError(11, f"slot {req.get('slot')!r} has no reply channel: its attach did not hand one over")
+    return state.reply
 

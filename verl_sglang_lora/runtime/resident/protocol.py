@@ -13,6 +13,11 @@ the scheduler's request loop). So:
   logs, but the caller cannot read the status. One status tensor per TP rank (per-rank payload list);
 * an optional uint8 tensor named ``verl_resident.v1|message`` receives a NUL-terminated UTF-8 message
   (error text, or the mismatch list of ``op=compare``);
+* the slot's reply channel: an ``attach`` may carry a status/message pair named ``verl_resident.v1|reply_status`` /
+  ``|reply_message``, which the loader keeps for the slot. A later request whose header tensor is **empty**
+  (zero elements: it crosses the process boundary without a CUDA-IPC handle, an event or a ref-counter) reports
+  into that pair; the caller tells this answer from an older one by its ``seq``. This is the in-place write's form:
+  a write then moves no tensor at all, only its header name;
 * an optional uint8 tensor named ``verl_resident.v1|flat`` (``attach``): the trainer's whole flat adapter buffer,
   of which the adapter tensors are views; the loader builds its read-back mirror from it (``mirror``), and a
   ``write`` whose header carries the trainer's checksum of that buffer (``sum0``/``sum1``) is verified against it;
@@ -31,6 +36,8 @@ import torch
 PREFIX = "verl_resident.v1"
 MESSAGE_NAME = f"{PREFIX}|message"
 FLAT_NAME = f"{PREFIX}|flat"
+REPLY_STATUS_NAME = f"{PREFIX}|reply_status"
+REPLY_MESSAGE_NAME = f"{PREFIX}|reply_message"
 MAGIC = 0x56534C52  # "VSLR"
 STATUS_LEN = 24
 OPS = ("attach", "write", "compare", "checksum", "detach")
@@ -66,10 +73,11 @@ ERRORS = {
 class Request:
     op: str
     fields: dict[str, str]
-    status: torch.Tensor
+    status: Optional[torch.Tensor]  # None: the header was empty, the answer goes to the slot's reply channel
     message: Optional[torch.Tensor]
     tensors: dict[str, torch.Tensor]
     flat: Optional[torch.Tensor] = None
+    reply: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # the reply channel an attach hands over
 
     def get(self, key: str, default: Optional[str] = None) -> Optional[str]:
         return self.fields.get(key, default)
@@ -104,25 +112,31 @@ def new_message(size: int = 4096, device: Any = None) -> torch.Tensor:
 
 def request_tensors(op: str, status: torch.Tensor, adapter: Optional[dict] = None,
                     message: Optional[torch.Tensor] = None, flat: Optional[torch.Tensor] = None,
+                    reply: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
                     **fields: Any) -> list[tuple[str, torch.Tensor]]:
-    """The named-tensor list a client sends (one TP rank's list)."""
+    """The named-tensor list a client sends (one TP rank's list). ``status`` empty: answer on the slot's reply
+    channel; ``reply``: the (status, message) pair an attach hands over as that channel."""
     out = [(header_name(op, **fields), status)]
     if message is not None:
         out.append((MESSAGE_NAME, message))
     if flat is not None:
         out.append((FLAT_NAME, flat))
+    if reply is not None:
+        out += [(REPLY_STATUS_NAME, reply[0]), (REPLY_MESSAGE_NAME, reply[1])]
     out.extend(sorted((adapter or {}).items()))
     return out
 
 
 def parse(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Request:
     """Split a loader call into header fields, status/message tensors and adapter tensors."""
-    header, status, message, flat, tensors = None, None, None, None, {}
+    header, status, message, flat, tensors, reply = None, None, None, None, {}, {}
     for name, tensor in named_tensors:
         if name == MESSAGE_NAME:
             message = tensor
         elif name == FLAT_NAME:
             flat = tensor
+        elif name in (REPLY_STATUS_NAME, REPLY_MESSAGE_NAME):
+            reply[name] = tensor
         elif name.startswith(PREFIX + "|"):
             if header is not None:
                 raise ValueError("two header tensors in one request")
@@ -131,13 +145,18 @@ def parse(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Request:
             tensors[name] = tensor
     if header is None or status is None:
         raise ValueError(f"no '{PREFIX}|op=...' header tensor in the request")
-    if status.dtype != torch.int64 or status.numel() < STATUS_LEN:
-        raise ValueError(f"status tensor must be int64[{STATUS_LEN}], got {status.dtype}{tuple(status.shape)}")
+    for tensor in (status, reply.get(REPLY_STATUS_NAME)):
+        if tensor is not None and tensor.numel() and (tensor.dtype != torch.int64 or tensor.numel() < STATUS_LEN):
+            raise ValueError(f"status tensor must be int64[{STATUS_LEN}] (or empty: answer on the slot's reply "
+                             f"channel), got {tensor.dtype}{tuple(tensor.shape)}")
+    if len(reply) == 1:
+        raise ValueError(f"a reply channel needs both {REPLY_STATUS_NAME} and {REPLY_MESSAGE_NAME}")
     fields = dict(part.split("=", 1) for part in header.split("|")[1:])
     op = fields.pop("op", "")
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}")
-    return Request(op, fields, status, message, tensors, flat)
+    channel = (reply[REPLY_STATUS_NAME], reply[REPLY_MESSAGE_NAME]) if reply else None
+    return Request(op, fields, status if status.numel() else None, message, tensors, flat, channel)
 
 
 def write_status(status: torch.Tensor, values: dict[int, int]) -> None:

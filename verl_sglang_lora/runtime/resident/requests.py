@@ -2,8 +2,10 @@
 
 Every op gets its own status/message tensor pair on the client's GPU, shared with SGLang's scheduler over CUDA IPC
 (``protocol``); the client reads them after the server actor's call returns (the loader synchronizes before SGLang
-answers). ``attach`` carries CUDA-IPC views of the persistent flat adapter buffer once; a ``write`` carries only its
-header and status tensor, and the loader copies from the attached views.
+answers). ``attach`` carries, once, CUDA-IPC views of the persistent flat adapter buffer and the slot's reply channel
+(the write pair); a ``write`` then carries only its header name on an empty tensor -- no IPC handle to share or
+open -- the loader copies from the attached views and answers on the reply channel, and the client knows the answer
+by its ``seq``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class LoaderCall:
     status: torch.Tensor = field(repr=False)
     message: torch.Tensor = field(repr=False)
     trainer_sum: bool = False  # the header carried the trainer's checksum for the loader to verify against
+    seq: int = 0  # the request's number: an answer with another seq is an older one (reply channels are reused)
 
     def result(self) -> dict[str, Any]:
         out = P.read_status(self.status)
@@ -45,37 +48,54 @@ class ResidentRequests:
         self.device = device
         self.seq = 0
         self._status: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._empty = torch.empty(0, dtype=torch.int64, device=device)  # a header that moves no memory
+
+    def _pair(self, op: str, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._status.setdefault(  # kept alive across calls: the loader may hold them (reply channel)
+            (op, slot), (P.new_status(self.device), P.new_message(4096, self.device)))
 
     def call(self, op: str, slot: str, adapter: dict[str, torch.Tensor] | None = None,
-             flat: torch.Tensor | None = None, **fields: Any) -> LoaderCall:
+             flat: torch.Tensor | None = None, on_reply_channel: bool = False, **fields: Any) -> LoaderCall:
+        """One loader op. ``on_reply_channel``: the header is empty and the loader answers on the pair this
+        client's attach of ``slot`` handed over (``attach`` below) -- nothing is zeroed, the seq tells the answers
+        apart."""
         from sglang.srt.utils import MultiprocessingSerializer
 
         self.seq += 1
-        status, message = self._status.setdefault(
-            (op, slot), (P.new_status(self.device), P.new_message(4096, self.device)))  # kept alive across calls
-        status.zero_()
-        message.zero_()
-        named = P.request_tensors(op, status, adapter, message, flat, slot=slot, seq=self.seq, **fields)
+        if on_reply_channel:
+            status, message = self._pair("write", slot)
+            named = P.request_tensors(op, self._empty, slot=slot, seq=self.seq, **fields)
+        else:
+            status, message = self._pair(op, slot)
+            status.zero_()
+            message.zero_()
+            reply = self._pair("write", slot) if op == "attach" else None
+            named = P.request_tensors(op, status, adapter, message, flat, reply, slot=slot, seq=self.seq, **fields)
         if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()  # the sources and the zeroed status are visible
-        return LoaderCall(op, slot, [MultiprocessingSerializer.serialize(named)], status, message, "sum0" in fields)
+            torch.cuda.current_stream(self.device).synchronize()  # the sources (and a zeroed status) are visible
+        return LoaderCall(op, slot, [MultiprocessingSerializer.serialize(named)], status, message, "sum0" in fields,
+                          self.seq)
 
     def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor,
                checksum: tuple[int, int]) -> list[LoaderCall]:
-        """Both slots bound to the flat buffer's views (``adapter``: views of ``flat``); slot1 written by the plan
-        and verified against the trainer's checksum of ``flat``, then compared byte for byte with slot0, which
-        SGLang loaded itself from the same tensors."""
+        """Both slots bound to the flat buffer's views (``adapter``: views of ``flat``), each with its reply
+        channel; slot1 written by the plan and verified against the trainer's checksum of ``flat``, then compared
+        byte for byte with slot0, which SGLang loaded itself from the same tensors; last, slot1's checksum asked in
+        the writes' form (empty header, answer on the reply channel), which must equal what its attach wrote: the
+        channel is proven before any write relies on it."""
         s0, s1 = checksum
         return [self.call("attach", SLOTS[0], adapter, flat, version=version, write=0),
                 self.call("attach", SLOTS[1], adapter, flat, version=version, write=1, sum0=s0, sum1=s1),
-                self.call("compare", SLOTS[1], ref=SLOTS[0])]
+                self.call("compare", SLOTS[1], ref=SLOTS[0]),
+                self.call("checksum", SLOTS[1], on_reply_channel=True)]
 
     def writes(self, version: int, checksum: tuple[int, int], slots: tuple[str, ...] = SLOTS) -> dict[str, LoaderCall]:
         """An in-place write for each of ``slots``, carrying the trainer's checksum of its flat buffer (the one the
         loader copies from) for the loader to verify the slot against; the server actor sends the one for its idle
-        slot. Each call costs a serialization and a stream sync: a client that knows the idle slot builds one."""
+        slot. Each call costs a stream sync and a small serialization: a client that knows the idle slot builds one."""
         s0, s1 = checksum
-        return {slot: self.call("write", slot, version=version, checksum=1, sum0=s0, sum1=s1) for slot in slots}
+        return {slot: self.call("write", slot, on_reply_channel=True, version=version, checksum=1, sum0=s0, sum1=s1)
+                for slot in slots}
 
 
 def write_targets(served: str | None) -> tuple[str, ...]:
@@ -101,16 +121,20 @@ def _warn_unmirrored(call: LoaderCall, result: dict) -> None:
 def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str | None:
     """None when every call the server ran succeeded (checksums equal, no mismatch, the slot served at
     ``scaling``), else the reason."""
+    written: dict[str, tuple[int, int]] = {}  # slot -> the checksum its attach or write left
     for call in calls:
         r = call.result()
+        if not r["magic_ok"] or r["state"] == P.PENDING:
+            return f"{call.op} {call.slot}: the loader never reported (status untouched)"
+        if call.seq and r["seq"] != call.seq:
+            return (f"{call.op} {call.slot}: the loader never answered request {call.seq} (its status holds request "
+                    f"{r['seq']}'s answer); the reason is in SGLang's scheduler log ('verl resident loader')")
         if call.op in ("attach", "write") and r["ok"] and scaling is not None:
             if r["scaling"] is None:
                 return f"{call.op} {call.slot}: SGLang's scaling for the slot could not be read"
             if not math.isclose(r["scaling"], scaling, rel_tol=1e-9):
                 return (f"{call.op} {call.slot}: SGLang serves the slot at scaling {r['scaling']:.6g} "
                         f"(r={r['lora_r']}), the trainer's scaling is {scaling:.6g}")
-        if not r["magic_ok"] or r["state"] == P.PENDING:
-            return f"{call.op} {call.slot}: the loader never reported (status untouched)"
         if not r["ok"]:
             return f"{call.op} {call.slot}: {r['error_text'] or r['error']}: {r['message']}"
         if call.trainer_sum and r["verified_by"] != P.BY_TRAINER_SUM and not _warned_unmirrored:
@@ -119,4 +143,9 @@ def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str 
             return f"write {call.slot}: slot checksum {r['dst_checksum']} != source {r['src_checksum']}"
         if call.op == "compare" and r["mismatches"]:
             return f"compare {call.slot}: {r['mismatches']} buffers differ from SGLang's own load: {r['message'][:300]}"
+        if call.op in ("attach", "write") and r["copies"]:
+            written[call.slot] = r["dst_checksum"]
+        if call.op == "checksum" and call.slot in written and r["dst_checksum"] != written[call.slot]:
+            return (f"checksum {call.slot}: the slot reads {r['dst_checksum']} on the reply channel, its write left "
+                    f"{written[call.slot]}")
     return None

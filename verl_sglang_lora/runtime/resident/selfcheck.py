@@ -314,6 +314,28 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
         out["unpinned_status"] = P.read_status(status)
         out["unpinned_message"] = P.read_message(message)
         apply(manager.base_model, [("not_a_header", status)])  # must only log
+        # the reply channel: an attach hands over a status/message pair; a write with an empty header (no tensor
+        # crosses) answers there, under its own seq; without the channel (slot detached) nothing is answered
+        reply = (P.new_status(), P.new_message())
+        apply(manager.base_model, P.request_tensors("attach", status, persistent, message, flat, reply,
+                                                    slot="verl_lora_slot0", version=4, write=0, seq=10))
+        out["reply_attach_status"] = P.read_status(status)
+        for k, v in peft_adapter(rank, seed=4).items():
+            persistent[k].copy_(v)
+        s0, s1 = flat_checksum(flat)
+        empty = torch.empty(0, dtype=torch.int64)
+        apply(manager.base_model, P.request_tensors("write", empty, slot="verl_lora_slot0", version=5, seq=11,
+                                                    checksum=1, sum0=s0, sum1=s1))
+        out["reply_write_status"] = P.read_status(reply[0])
+        apply(manager.base_model, P.request_tensors("checksum", empty, slot="verl_lora_slot0", seq=20))
+        out["reply_checksum_status"] = P.read_status(reply[0])
+        apply(manager.base_model, P.request_tensors("write", empty, slot="verl_lora_slot0", version=6, seq=12,
+                                                    checksum=1, sum0=s0 + 1, sum1=s1))
+        out["reply_stale_sum_status"] = P.read_status(reply[0])
+        out["reply_stale_sum_message"] = P.read_message(reply[1])
+        apply(manager.base_model, P.request_tensors("detach", status, None, message, slot="verl_lora_slot0", seq=13))
+        apply(manager.base_model, P.request_tensors("write", empty, slot="verl_lora_slot0", version=7, seq=14))
+        out["reply_after_detach_status"] = P.read_status(reply[0])
     out["secs"] = round(time.perf_counter() - t0, 2)
     return out
 
