@@ -133,6 +133,8 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
     # the attach-time probe of the channel: the slot's checksum, answered there, equals what the write left
     probe = c["reply_checksum_status"]
     assert probe["ok"] and probe["seq"] == 20 and probe["dst_checksum"] == reply_write["dst_checksum"]
+    ping = c["reply_ping_status"]  # the benchmark's request floor: answered, nothing copied
+    assert ping["ok"] and ping["seq"] == 21 and ping["copies"] == 0 and c["reply_ping_message"] == "pong"
     if tp == 1:  # a wrong trainer checksum fails on the reply channel too, with its reason
         assert not reply_stale["ok"] and reply_stale["error"] == 12 and reply_stale["seq"] == 12
         assert "trainer's checksum" in c["reply_stale_sum_message"]

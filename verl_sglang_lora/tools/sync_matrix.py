@@ -21,8 +21,10 @@ Paths: ``inplace`` (the resident write + the loader's verify against the trainer
 slot's new version in ``extra_key`` as the plugin's do, so no prefix-cache flush: runtime/sync/prefix_tags.py), ``versioned`` (the plugin's load of a new adapter name from the device buffer through
 ``load_lora_adapter_from_tensors``, unload of the previous one), ``disk`` (safetensors + ``load_lora_adapter``), verl
 0.9.1's stock ``ServerAdapter.update_weights`` adapter path (its own code; its ``_engine`` calls forwarded to the same
-tokenizer manager -- its exact error where it fails), and the copy floors (device-to-device and pinned
-host-to-device copies of the same bytes). Correctness: the written slot byte-compared with SGLang's own load of the
+tokenizer manager -- its exact error where it fails), and the floors: the copies (device-to-device and pinned
+host-to-device copies of the same bytes) and the loader request (``loader_request_floor``: a ``ping`` sent the way a
+write is sent -- empty header, answer on the reply channel -- which copies nothing: what SGLang's
+``update_weights_from_tensor`` path costs by itself). Correctness: the written slot byte-compared with SGLang's own load of the
 same adapter, and the log-probs served through it against that load's and the base model's.
 """
 
@@ -214,23 +216,31 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         flat = collector.collect(iter(versions[i % 2]), names.resolve_lora)
         torch.cuda.synchronize()
 
-    def inplace(i: int) -> float:
-        (slot,) = write_targets(served["slot"])  # the slot not served, as the client picks it
+    def timed_call(build: Callable[[], Any], into: PathTimes | None) -> float:
+        """Build one loader call and send it; its phases into ``into`` (None: warm-up): the client's build, then
+        the round trip split at the loader's entry stamp (same host clock) into the way in, the loader, the way back."""
         t0 = time.perf_counter()
-        call = requests.writes(1000 + i, flat.checksum, (slot,))[slot]  # the idle slot's call only, as the client
+        call = build()
         t1, sent_ns = time.perf_counter(), time.time_ns()
         loader([call])
         t_back = time.perf_counter()
-        bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key
-        served["slot"] = slot
-        t2 = time.perf_counter()
-        if i >= warmup:  # the round trip split at the loader's entry stamp (same host clock): in, loader, back
+        if into is not None:
             result = call.result()
             round_trip, inbound = (t_back - t1) * 1e3, (result["start_wall_ns"] - sent_ns) / 1e6
             loader_ms = result["total_ns"] / 1e6
-            times["inplace"].phase(build_ms=(t1 - t0) * 1e3, round_trip_ms=round_trip, inbound_ms=inbound,
-                                   loader_ms=loader_ms, outbound_ms=round_trip - inbound - loader_ms)
-        return (t2 - t0) * 1e3
+            into.phase(build_ms=(t1 - t0) * 1e3, round_trip_ms=round_trip, inbound_ms=inbound, loader_ms=loader_ms,
+                       outbound_ms=round_trip - inbound - loader_ms)
+        return (t_back - t0) * 1e3
+
+    def inplace(i: int) -> float:
+        (slot,) = write_targets(served["slot"])  # the slot not served, as the client picks it
+        t0 = time.perf_counter()
+        # the idle slot's call only, as the client
+        timed_call(lambda: requests.writes(1000 + i, flat.checksum, (slot,))[slot],
+                   times["inplace"] if i >= warmup else None)
+        bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key
+        served["slot"] = slot
+        return (time.perf_counter() - t0) * 1e3
 
     def versioned(i: int) -> float:
         name = f"bench_v{rank}_{i}"
@@ -293,6 +303,16 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         if i >= warmup:
             steady.append((time.perf_counter() - t0) * 1e3)
     control_ms = pct(control, 0.5)
+    request_floor = PathTimes()
+
+    def pings() -> None:
+        for i in range(warmup + iters):
+            ms = timed_call(lambda: requests.call("ping", served["slot"], on_reply_channel=True),
+                            request_floor if i >= warmup else None)
+            if i >= warmup:
+                request_floor.sync.append(ms)
+
+    guard(request_floor, pings)
     floors = copy_floors(flat.flat, iters)
     correct = check_slot(bench, requests, served["slot"], load_tensors, loader)
     for name in [*SLOTS, prev["versioned"], prev["disk"]]:
@@ -303,6 +323,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         row = {"rank": rank, "path": path, "bytes": nbytes, "tensors": len(flat.entries), **times[path].row(control_ms, nbytes)}
         row["correct"] = correct["ok"] if path == "inplace" else None
         rows.append(row)
+    rows.append({"rank": rank, "path": "loader_request_floor", "bytes": 0, **request_floor.row(control_ms, 1),
+                 "first_request_ms": None, "first_batch_penalty_ms": None, "GBps": None, "correct": None})
     for path, samples in floors.items():
         p50 = pct(samples, 0.5)
         rows.append({"rank": rank, "path": path, "bytes": nbytes, "n": len(samples), "p50_ms": round(p50, 4),

@@ -21,6 +21,8 @@ Ops (``op=`` in the header name):
            SGLang loaded the normal way); the mismatch list goes to the message tensor.
   checksum slot=<lora_name>: checksum of the slot over the attached plan.
   detach   slot=<lora_name>: forget the attached binding.
+  ping     slot=<lora_name>: nothing but the answer (with an empty header: on the slot's reply channel) -- the
+           fixed cost of a loader request through SGLang, which the benchmark sets beside the write.
 """
 
 from __future__ import annotations
@@ -151,6 +153,8 @@ def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
 
 def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
     """Run one request; returns (status fields, message). Raises ``ResidentError`` on a failed guard."""
+    if req.op == "ping":
+        return {}, "pong"
     manager = find_lora_manager(model)
     uid, slot = _slot(manager, req)
     key = (id(manager), uid)

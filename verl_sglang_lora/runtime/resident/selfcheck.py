@@ -329,6 +329,9 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
         out["reply_write_status"] = P.read_status(reply[0])
         apply(manager.base_model, P.request_tensors("checksum", empty, slot="verl_lora_slot0", seq=20))
         out["reply_checksum_status"] = P.read_status(reply[0])
+        apply(manager.base_model, P.request_tensors("ping", empty, slot="verl_lora_slot0", seq=21))
+        out["reply_ping_status"] = P.read_status(reply[0])
+        out["reply_ping_message"] = P.read_message(reply[1])
         apply(manager.base_model, P.request_tensors("write", empty, slot="verl_lora_slot0", version=6, seq=12,
                                                     checksum=1, sum0=s0 + 1, sum1=s1))
         out["reply_stale_sum_status"] = P.read_status(reply[0])
