@@ -92,10 +92,12 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     # first sync: SGLang's own load into both pinned slots, attach, the plan's write compared with SGLang's load
     assert v1["action"] == "inplace" and v1["name"] == "verl_lora_slot0" and v1["check"] is None
     assert v1["ran"] == [["attach", "verl_lora_slot0"], ["attach", "verl_lora_slot1"], ["compare", "verl_lora_slot1"],
-                         ["checksum", "verl_lora_slot1"]]
+                         ["checksum", "verl_lora_slot1"], ["ping", "verl_lora_slot0"]]
     assert v1["results"][2]["mismatches"] == 0 and all(r["ok"] for r in v1["results"])
-    # the reply channel proven at attach: slot1's checksum asked with an empty header, answered there under its seq
+    # both reply channels proven at attach, asked with an empty header and answered there under their seq: slot1's
+    # checksum equals what its attach wrote; slot0 answers a ping
     assert v1["results"][3]["dst_checksum"] == v1["results"][1]["dst_checksum"] and v1["results"][3]["seq"] > 0
+    assert v1["results"][4]["message"] == "pong" and v1["results"][4]["seq"] == v1["results"][3]["seq"] + 1
     # later syncs: the idle slot written in place, checksums equal, the served name flips
     assert (v2["action"], v2["name"], v2["ran"]) == ("inplace", "verl_lora_slot1", [["write", "verl_lora_slot1"]])
     assert v2["check"] is None and v2["results"][0]["src_checksum"] == v2["results"][0]["dst_checksum"]

@@ -125,6 +125,9 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
     assert write["scaling"] == 2.0 and write["lora_r"] == rank  # selfcheck's alpha is 2r
     assert not c["unknown_slot_status"]["ok"] and c["unknown_slot_status"]["error"] == 4
     assert c["unpinned_status"]["error"] == 10 and "not pinned" in c["unpinned_message"]
+    # an empty header where the attach handed over no reply channel is not run: the slot keeps version 2's bytes
+    kept = c["no_channel_then_checksum_status"]
+    assert kept["ok"] and kept["seq"] == 31 and kept["version"] == 2 and kept["dst_checksum"] == write["dst_checksum"]
     # the in-place write's form: an empty header, the answer on the reply channel the attach handed over
     assert c["reply_attach_status"]["ok"] and c["reply_attach_status"]["seq"] == 10
     reply_write, reply_stale = c["reply_write_status"], c["reply_stale_sum_status"]
@@ -233,6 +236,13 @@ def test_protocol_round_trip_and_apply_never_raises():
     assert got["magic_ok"] and not got["ok"] and got["error"] == 3 and got["seq"] == 9
     assert "enable-lora" in P.read_message(message)
     apply(object(), [("garbage", torch.zeros(1))])  # no header: logged, nothing raised
+    # a reply channel the loader could never answer on is refused when the attach is parsed, not at the first write
+    for bad in ((torch.empty(0, dtype=torch.int64), P.new_message()), (P.new_status(), torch.empty(0, dtype=torch.uint8)),
+                (torch.zeros(P.STATUS_LEN, dtype=torch.int32), P.new_message())):
+        with pytest.raises(ValueError, match="reply channel"):
+            P.parse(P.request_tensors("attach", status, None, message, None, bad, slot="s"))
+    with pytest.raises(ValueError, match="needs both"):
+        P.parse([*P.request_tensors("attach", status, slot="s"), (P.REPLY_STATUS_NAME, P.new_status())])
 
 
 def test_manager_found_through_the_model_runner_and_directly():

@@ -24,7 +24,8 @@ slot's new version in ``extra_key`` as the plugin's do, so no prefix-cache flush
 tokenizer manager -- its exact error where it fails), and the floors: the copies (device-to-device and pinned
 host-to-device copies of the same bytes) and the loader request (``loader_request_floor``: a ``ping`` sent the way a
 write is sent -- empty header, answer on the reply channel -- which copies nothing: what SGLang's
-``update_weights_from_tensor`` path costs by itself). Correctness: the written slot byte-compared with SGLang's own load of the
+``update_weights_from_tensor`` path costs by itself, with the weight-update session around it on SGLang >= 0.5.23).
+Correctness: the written slot byte-compared with SGLang's own load of the
 same adapter, and the log-probs served through it against that load's and the base model's.
 """
 
@@ -190,12 +191,18 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
 
     session = weight_update_session()
 
-    def loader(calls: list) -> None:
+    def send(calls: list) -> None:
         for c in calls:  # as the server actor sends it (inside a weight-update session on SGLang >= 0.5.23)
             bench.run(send_loader_request(bench.acall, c.blobs, LOADER_PATH, session))
+
+    def check(calls: list) -> None:
         failed = check_results(calls, scaling)
         if failed:
             raise RuntimeError(failed)
+
+    def loader(calls: list) -> None:
+        send(calls)
+        check(calls)
 
     # slots: SGLang's own load of version 0 into both, the plan attached and checked against it (as at a launch)
     requests = ResidentRequests(torch.device("cuda"))
@@ -217,20 +224,24 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         torch.cuda.synchronize()
 
     def timed_call(build: Callable[[], Any], into: PathTimes | None) -> float:
-        """Build one loader call and send it; its phases into ``into`` (None: warm-up): the client's build, then
-        the round trip split at the loader's entry stamp (same host clock) into the way in, the loader, the way back."""
+        """Build one loader call, send it, check its answer; its phases into ``into`` (None: warm-up): the client's
+        build, the round trip split at the loader's entry stamp (same host clock) into the way in, the loader (its
+        work, before it reports) and the way back (the report's two small copies and sync, SGLang's answer), and the
+        client's check (reading the answer)."""
         t0 = time.perf_counter()
         call = build()
         t1, sent_ns = time.perf_counter(), time.time_ns()
-        loader([call])
+        send([call])
         t_back = time.perf_counter()
+        check([call])
+        t_checked = time.perf_counter()
         if into is not None:
             result = call.result()
             round_trip, inbound = (t_back - t1) * 1e3, (result["start_wall_ns"] - sent_ns) / 1e6
             loader_ms = result["total_ns"] / 1e6
             into.phase(build_ms=(t1 - t0) * 1e3, round_trip_ms=round_trip, inbound_ms=inbound, loader_ms=loader_ms,
-                       outbound_ms=round_trip - inbound - loader_ms)
-        return (t_back - t0) * 1e3
+                       outbound_ms=round_trip - inbound - loader_ms, check_ms=(t_checked - t_back) * 1e3)
+        return (t_checked - t0) * 1e3
 
     def inplace(i: int) -> float:
         (slot,) = write_targets(served["slot"])  # the slot not served, as the client picks it

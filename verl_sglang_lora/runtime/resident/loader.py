@@ -217,9 +217,17 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
     except Exception as exc:  # noqa: BLE001 - nothing to report into without a header
         logger.error("verl resident loader: unusable request (%s: %s)", type(exc).__name__, exc)
         return
+    seq = req.int("seq", 0) if (req.get("seq") or "").lstrip("-").isdigit() else 0
     if req.status is not None:
         _KEEP[(req.op, req.get("slot") or "")] = (req.status, req.message)
-    seq = req.int("seq", 0) if (req.get("seq") or "").lstrip("-").isdigit() else 0
+        status, out = req.status, req.message
+    else:  # the slot's reply channel, found first: a request nobody would hear the answer to is never run
+        try:
+            status, out = _reply_channel(model, req)
+        except Exception as exc:  # noqa: BLE001 - the caller sees no answer under its seq
+            logger.error("verl resident loader: op=%s seq=%s not run, no reply channel to answer on: %s", req.op,
+                         seq, exc)
+            return
     try:
         fields, message = handle(model, req)
         fields.update({P.STATE: P.OK, P.SEQ: seq, P.TOTAL_NS: time.perf_counter_ns() - t0})
@@ -230,10 +238,9 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
         fields, message = {P.STATE: P.FAILED, P.ERROR: 2, P.SEQ: seq}, f"{type(exc).__name__}: {exc}"
         logger.exception("verl resident loader: op=%s raised", req.op)
     fields[P.START_WALL_NS] = wall0
-    try:
-        status, out = (req.status, req.message) if req.status is not None else _reply_channel(model, req)
+    try:  # the message first, unsynced: the status row's copy and sync on the same stream cover both
+        P.write_message(out, message, sync=False)
         P.write_status(status, fields)
-        P.write_message(out, message)
     except Exception:  # noqa: BLE001 - the caller sees a stale seq and says the loader never reported
         logger.exception("verl resident loader: op=%s seq=%s: could not report (%s)", req.op, seq, message)
 

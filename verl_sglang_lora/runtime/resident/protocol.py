@@ -145,12 +145,17 @@ def parse(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Request:
             tensors[name] = tensor
     if header is None or status is None:
         raise ValueError(f"no '{PREFIX}|op=...' header tensor in the request")
-    for tensor in (status, reply.get(REPLY_STATUS_NAME)):
-        if tensor is not None and tensor.numel() and (tensor.dtype != torch.int64 or tensor.numel() < STATUS_LEN):
-            raise ValueError(f"status tensor must be int64[{STATUS_LEN}] (or empty: answer on the slot's reply "
-                             f"channel), got {tensor.dtype}{tuple(tensor.shape)}")
-    if len(reply) == 1:
-        raise ValueError(f"a reply channel needs both {REPLY_STATUS_NAME} and {REPLY_MESSAGE_NAME}")
+    if status.numel() and (status.dtype != torch.int64 or status.numel() < STATUS_LEN):
+        raise ValueError(f"status tensor must be int64[{STATUS_LEN}] (or empty: answer on the slot's reply "
+                         f"channel), got {status.dtype}{tuple(status.shape)}")
+    if reply:
+        r_status, r_message = reply.get(REPLY_STATUS_NAME), reply.get(REPLY_MESSAGE_NAME)
+        if r_status is None or r_message is None:
+            raise ValueError(f"a reply channel needs both {REPLY_STATUS_NAME} and {REPLY_MESSAGE_NAME}")
+        if r_status.dtype != torch.int64 or r_status.numel() < STATUS_LEN or r_message.dtype != torch.uint8 \
+                or r_message.numel() == 0:
+            raise ValueError(f"a reply channel is int64[{STATUS_LEN}] + a non-empty uint8 message, got "
+                             f"{r_status.dtype}{tuple(r_status.shape)} + {r_message.dtype}{tuple(r_message.shape)}")
     fields = dict(part.split("=", 1) for part in header.split("|")[1:])
     op = fields.pop("op", "")
     if op not in OPS:
@@ -170,12 +175,13 @@ def write_status(status: torch.Tensor, values: dict[int, int]) -> None:
         torch.cuda.current_stream(status.device).synchronize()
 
 
-def write_message(message: Optional[torch.Tensor], text: str) -> None:
+def write_message(message: Optional[torch.Tensor], text: str, sync: bool = True) -> None:
+    """``sync=False``: a ``write_status`` on the same device follows, and its sync covers this copy."""
     if message is None or message.numel() == 0:
         return
     data = text.encode("utf-8")[: message.numel() - 1] + b"\0"
     message.view(-1)[: len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-    if message.is_cuda:
+    if sync and message.is_cuda:
         torch.cuda.current_stream(message.device).synchronize()
 
 

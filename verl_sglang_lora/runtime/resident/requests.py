@@ -80,14 +80,15 @@ class ResidentRequests:
                checksum: tuple[int, int]) -> list[LoaderCall]:
         """Both slots bound to the flat buffer's views (``adapter``: views of ``flat``), each with its reply
         channel; slot1 written by the plan and verified against the trainer's checksum of ``flat``, then compared
-        byte for byte with slot0, which SGLang loaded itself from the same tensors; last, slot1's checksum asked in
-        the writes' form (empty header, answer on the reply channel), which must equal what its attach wrote: the
-        channel is proven before any write relies on it."""
+        byte for byte with slot0, which SGLang loaded itself from the same tensors; last, both reply channels asked
+        in the writes' form (empty header): slot1's checksum, which must equal what its attach wrote, and a ping of
+        slot0 -- each channel is proven before a write relies on it."""
         s0, s1 = checksum
         return [self.call("attach", SLOTS[0], adapter, flat, version=version, write=0),
                 self.call("attach", SLOTS[1], adapter, flat, version=version, write=1, sum0=s0, sum1=s1),
                 self.call("compare", SLOTS[1], ref=SLOTS[0]),
-                self.call("checksum", SLOTS[1], on_reply_channel=True)]
+                self.call("checksum", SLOTS[1], on_reply_channel=True),
+                self.call("ping", SLOTS[0], on_reply_channel=True)]
 
     def writes(self, version: int, checksum: tuple[int, int], slots: tuple[str, ...] = SLOTS) -> dict[str, LoaderCall]:
         """An in-place write for each of ``slots``, carrying the trainer's checksum of its flat buffer (the one the

@@ -300,6 +300,11 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
         apply(manager.base_model, P.request_tensors("write", status, None, message, slot="verl_lora_slot0",
                                                     version=2, seq=8, sum0=s0, sum1=s1))
         out["write_status"] = P.read_status(status)
+        # an empty header for a slot whose attach handed over no reply channel: not run (nobody would hear it)
+        apply(manager.base_model, P.request_tensors("write", torch.empty(0, dtype=torch.int64), slot="verl_lora_slot0",
+                                                    version=99, seq=30, checksum=1, sum0=s0 + 1, sum1=s1))
+        apply(manager.base_model, P.request_tensors("checksum", status, None, message, slot="verl_lora_slot0", seq=31))
+        out["no_channel_then_checksum_status"] = P.read_status(status)
         # a trainer checksum the slot cannot match (e.g. the buffer changed after the checksum): error 12
         apply(manager.base_model, P.request_tensors("write", status, None, message, slot="verl_lora_slot0",
                                                     version=2, seq=9, sum0=s0 + 1, sum1=s1))
