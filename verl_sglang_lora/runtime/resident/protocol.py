@@ -166,11 +166,11 @@ def parse(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Request:
 
 def write_status(status: torch.Tensor, values: dict[int, int]) -> None:
     """One small H2D copy of the whole status row (magic included), then a sync so the caller can read it."""
-    row = torch.zeros(STATUS_LEN, dtype=torch.int64)
+    row = [0] * STATUS_LEN  # built in Python: one tensor, not one indexed store per field
     row[MAGIC_I] = MAGIC
     for index, value in values.items():
         row[index] = int(value)
-    status.view(-1)[:STATUS_LEN].copy_(row)
+    status.view(-1)[:STATUS_LEN].copy_(torch.tensor(row, dtype=torch.int64))
     if status.is_cuda:
         torch.cuda.current_stream(status.device).synchronize()
 
@@ -209,6 +209,6 @@ def bits_to_float(bits: int) -> float:
 
 
 def read_message(message: torch.Tensor) -> str:
-    data = bytes(message.view(-1).cpu().tolist())
+    data = message.view(-1).cpu().numpy().tobytes()  # 4 KiB: one buffer, not 4096 Python ints
     return data.split(b"\0", 1)[0].decode("utf-8", errors="replace")
 
