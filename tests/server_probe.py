@@ -293,11 +293,19 @@ def push_down_proj_version(server: Any, version: int) -> dict:
 
 
 def run_probe_script(script: str, *args: str, extra_env: dict[str, str] | None = None) -> dict:
-    """Run a probe script in a fresh interpreter (SGLang caches import-time facts) with the repo and the sgl_kernel
-    stub on the path; returns the JSON object it prints last."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SGL_KERNEL_STUB)]), **(extra_env or {})}
+    """Run a probe script in the state of a fresh interpreter (SGLang caches import-time facts) with the repo and
+    the sgl_kernel stub on the path -- forked from a pre-imported zygote (tests/probe_zygote.py) where it can be,
+    else a fresh interpreter; returns the JSON object it prints last."""
+    from tests.probe_zygote import Zygote
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SGL_KERNEL_STUB)])}
     env.pop("SGLANG_USE_CPU_ENGINE", None)
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script, *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=420)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    zygote = Zygote.get(env, ROOT)
+    if zygote is not None:
+        rc, stdout, stderr = zygote.run(script, args, extra_env or {}, timeout=420)
+    else:
+        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script, *args], cwd=ROOT,
+                              env={**env, **(extra_env or {})}, capture_output=True, text=True, timeout=420)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    assert rc == 0, f"exit {rc}: {stderr[-4000:]}"
+    return json.loads(stdout.strip().splitlines()[-1])
