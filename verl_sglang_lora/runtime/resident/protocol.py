@@ -145,15 +145,14 @@ def parse(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Request:
             tensors[name] = tensor
     if header is None or status is None:
         raise ValueError(f"no '{PREFIX}|op=...' header tensor in the request")
-    if status.numel() and (status.dtype != torch.int64 or status.numel() < STATUS_LEN):
+    if status.numel() and not _holds_status(status):
         raise ValueError(f"status tensor must be int64[{STATUS_LEN}] (or empty: answer on the slot's reply "
                          f"channel), got {status.dtype}{tuple(status.shape)}")
     if reply:
         r_status, r_message = reply.get(REPLY_STATUS_NAME), reply.get(REPLY_MESSAGE_NAME)
         if r_status is None or r_message is None:
             raise ValueError(f"a reply channel needs both {REPLY_STATUS_NAME} and {REPLY_MESSAGE_NAME}")
-        if r_status.dtype != torch.int64 or r_status.numel() < STATUS_LEN or r_message.dtype != torch.uint8 \
-                or r_message.numel() == 0:
+        if not _holds_status(r_status) or r_message.dtype != torch.uint8 or r_message.numel() == 0:
             raise ValueError(f"a reply channel is int64[{STATUS_LEN}] + a non-empty uint8 message, got "
                              f"{r_status.dtype}{tuple(r_status.shape)} + {r_message.dtype}{tuple(r_message.shape)}")
     fields = dict(part.split("=", 1) for part in header.split("|")[1:])
@@ -162,6 +161,10 @@ def parse(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Request:
         raise ValueError(f"unknown op {op!r}")
     channel = (reply[REPLY_STATUS_NAME], reply[REPLY_MESSAGE_NAME]) if reply else None
     return Request(op, fields, status if status.numel() else None, message, tensors, flat, channel)
+
+
+def _holds_status(tensor: torch.Tensor) -> bool:
+    return tensor.dtype == torch.int64 and tensor.numel() >= STATUS_LEN
 
 
 def write_status(status: torch.Tensor, values: dict[int, int]) -> None:
