@@ -143,25 +143,8 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
         assert "trainer's checksum" in c["reply_stale_sum_message"]
     else:
         assert reply_stale["ok"] and reply_stale["seq"] == 12
-    # the doorbell: the attach names it; a write is one line, answered "ok" once its status is on the reply channel
-    assert c["doorbell_attach_status"]["ok"] and c["doorbell_write_answer"] == ["ok seq=41"]
-    bell = c["doorbell_write_status"]
-    assert bell["ok"] and bell["seq"] == 41 and bell["version"] == 9 and bell["copies"] == 28
-    assert bell["src_checksum"] == bell["dst_checksum"] != reply_write["dst_checksum"]
-    assert c["doorbell_write_mismatches"] == 0  # byte-identical with SGLang's own load of the same adapter
-    assert c["doorbell_stale_sum_answer"] == ["ok seq=42"]  # run and answered: the verdict is on the channel
-    stale_bell = c["doorbell_stale_sum_status"]
-    assert stale_bell["seq"] == 42 and (stale_bell["ok"] if tp > 1 else stale_bell["error"] == 12)
-    no_channel, needs_tensors, evicted = c["doorbell_refusals"]
-    assert no_channel.startswith("refused seq=43 no reply channel")  # not run: nobody would hear the answer
-    assert needs_tensors.startswith("refused op=attach")  # the doorbell carries no tensors
-    assert evicted == "ok seq=45"  # a slot SGLang no longer holds is never fetched beside its loop: error 5
-    assert c["doorbell_evicted_status"]["seq"] == 45 and c["doorbell_evicted_status"]["error"] == 5
-    assert c["doorbell_after_stop"] == ["ConnectionRefusedError"]  # the server actor takes the request path
-    # LoRA modules that cache per-slot state: the attach succeeds, no doorbell listens
-    assert c["doorbell_hooked_attach_status"]["ok"] and c["doorbell_hooked"] == ["ConnectionRefusedError"]
-    # detached: the loader has nowhere to answer, the channel keeps the last answer (the client's seq check)
-    assert c["reply_after_detach_status"]["seq"] == c["reply_before_detach_seq"] == 45
+    # detached: the loader has nowhere to answer, the channel keeps request 12's answer (the client's seq check)
+    assert c["reply_after_detach_status"]["seq"] == 12
 
 
 @pytest.mark.parametrize("tp, tp_rank, rank", CASES_0512, ids=[f"tp{t}.rank{k}.r{r}" for t, k, r in CASES_0512])

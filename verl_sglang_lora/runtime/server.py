@@ -33,7 +33,6 @@ from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError, request_outcome
 from verl_sglang_lora.runtime.resident import LOADER_PATH
-from verl_sglang_lora.runtime.resident.doorbell import DoorbellClient, DoorbellError
 from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS
 from verl_sglang_lora.runtime.resident.slots import ResidentSlots
 from verl_sglang_lora.runtime.resident.update_request import send_loader_request
@@ -81,7 +80,6 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.settings = PluginSettings.from_rollout_config(self.config)
         self.adapters = AdapterVersions()
         self.resident = ResidentSlots()
-        self._doorbell: DoorbellClient | None = None  # the loader's doorbell, once an attach named one
         self.sync_metrics = SyncMetrics()
         self._warned_metrics_unread = False
         # Validated here, before SGLang allocates any GPU memory.
@@ -294,7 +292,6 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         await self.set_global_steps(push.global_steps if push.global_steps is not None else push.version)
         stats = push.stats
         stats.inplace = int(action == "inplace")
-        stats.doorbell = int(action == "inplace" and self._doorbell is not None)
         stats.load_ms = round((t_load - t0) * 1e3, 2)
         stats.activate_ms = round((time.perf_counter() - t_load) * 1e3, 2)
         stats.total_ms = round(stats.total_ms + (time.perf_counter() - t0) * 1e3, 2)
@@ -305,8 +302,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 "resident": {"ran": ran or [], **self._resident_state()}}
 
     def _resident_state(self) -> dict[str, Any]:
-        return {"attached": self.resident.attached, "disabled": self.resident.disabled,
-                "doorbell": self._doorbell is not None}
+        return {"attached": self.resident.attached, "disabled": self.resident.disabled}
 
     # ---- resident in-place slots (runtime/resident) --------------------------------------------------------------
     async def _write_resident(self, push: AdapterPush) -> list[tuple[str, str]] | None:
@@ -329,9 +325,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 await self._drop_slots()
                 return None
             slots.attached, slots.active = True, RESIDENT_SLOTS[0]  # slot0 holds SGLang's own load of v
-            await self._open_doorbell(push.resident.get("doorbell"))
             return [(op, slot) for op, slot, _ in attach]
-        if "headers" not in push.resident:  # the client's buffer layout changed under attached slots
+        if "writes" not in push.resident:  # the client's buffer layout changed under attached slots
             self._disable_resident("the adapter's tensor layout changed after the slots were attached")
             await self._drop_slots()
             return None
@@ -340,51 +335,18 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             logger.warning("sglang_lora: both resident slots are in use by running requests; version %d takes "
                            "the ordinary load", push.version)
             return None
-        if slot not in push.resident["headers"]:  # the client wrote for the slot it saw idle last; this once, a load
+        if slot not in push.resident["writes"]:  # the client wrote for the slot it saw idle last; this once, a load
             logger.info("sglang_lora: version %d came without a write for the idle slot %s (the client's view of the "
                         "served slot is older than this server's); it takes the ordinary load", push.version, slot)
             return None
-        blobs = (push.resident.get("writes") or {}).get(slot)
-        if self._doorbell is None and blobs is None:  # the client took the doorbell for granted: this once, a load
-            logger.warning("sglang_lora: version %d came for the loader's doorbell, which this server does not have; "
-                           "it takes the ordinary load", push.version)
-            return None
         try:
-            if self._doorbell is not None:
-                await self._ring(push.resident["headers"][slot])
-            else:
-                await self._loader_call(blobs)
+            await self._loader_call(push.resident["writes"][slot])
         except SGLangRequestError as exc:  # the idle slot may be half written: never served, dropped
             self._disable_resident(f"the in-place write of version {push.version} failed in SGLang: {exc}")
             await self._drop_slots()
             return None
-        except DoorbellError as exc:  # the loader may still be writing: the slots stay pinned (never reused), unserved
-            self._disable_resident(f"the in-place write of version {push.version} got no answer: {exc}")
-            return None
         slots.active = slot
         return [("write", slot)]
-
-    async def _open_doorbell(self, address: str | None) -> None:
-        """Connect to the loader's doorbell the attach named; without one, writes take SGLang's request path."""
-        self._doorbell = None
-        if not address:
-            return
-        client = DoorbellClient(address, self.settings.http_timeout_s)
-        try:
-            await client.connect()
-        except OSError as exc:  # nothing was sent: SGLang's request path serves the writes
-            logger.warning("sglang_lora: in-place writes take SGLang's update_weights_from_tensor path: the loader's "
-                           "doorbell %s does not answer (%s: %s); SGLang's scheduler log says why", address,
-                           type(exc).__name__, exc)
-            return
-        self._doorbell = client
-
-    async def _ring(self, header: str) -> None:
-        """One write over the doorbell; its status reaches the client on the slot's reply channel."""
-        assert self._doorbell is not None
-        answer = await self._doorbell.ring(header)
-        if not answer.startswith("ok"):
-            raise SGLangRequestError("resident doorbell", None, f"the loader did not run the write: {answer}")
 
     async def _loader_call(self, blobs: list[bytes]) -> None:
         """One request to the plugin's custom weight loader in SGLang's scheduler (its status reaches the client

@@ -58,7 +58,6 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         self._resident = ResidentRequests(current_device()) if on and current_device() is not None else None
         self._resident_attached = -1  # the collector layout the server's slots are attached to (-1: none)
         self._resident_active: str | None = None  # the slot the server served after the last sync (None: unknown)
-        self._resident_doorbell = False  # the server's writes go over the loader's doorbell (its last answer said)
         self._served_scaling: float | None = None  # the trainer's peft scaling, which SGLang's lora_alpha / r must equal
         if self.lora.as_adapter and self.settings.device_collect:
             install_device_collect()
@@ -171,14 +170,11 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             return {}, None
         if inplace:  # the server writes its idle slot: the one it does not serve, when the last sync said which
             writes = self._resident.writes(version, adapter.checksum, write_targets(self._resident_active))
-            payload = {"headers": {slot: c.header for slot, c in writes.items()}}  # what the doorbell carries
-            if not self._resident_doorbell:  # SGLang's request: the serialized call
-                payload["writes"] = {slot: c.blobs for slot, c in writes.items()}
-            return {("write", slot): c for slot, c in writes.items()}, payload
+            return ({("write", slot): c for slot, c in writes.items()},
+                    {"writes": {slot: c.blobs for slot, c in writes.items()}})
         attach = self._resident.attach(adapter.tensors, version, adapter.flat, adapter.checksum)
         return ({(c.op, c.slot): c for c in attach},  # slot1's load needs its own serialization of the tensors
-                {"attach": [(c.op, c.slot, c.blobs) for c in attach], "slot_fields": self._request_fields(config, adapter),
-                 "doorbell": self._resident.doorbell})
+                {"attach": [(c.op, c.slot, c.blobs) for c in attach], "slot_fields": self._request_fields(config, adapter)})
 
     def _request_fields(self, config: dict, adapter: FlatAdapter) -> dict:
         """The installed SGLang's load-request fields for this adapter (one serialization per call)."""
@@ -194,7 +190,6 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             self._resident = None
         ran = [calls[tuple(op_slot)] for op_slot in state.get("ran", [])]
         self._resident_attached = self._collector.layouts_built if state.get("attached") else -1
-        self._resident_doorbell = bool(state.get("doorbell"))  # the server rings the loader: writes need no blob
         self._resident_active = result.get("name") if result.get("action") in ("inplace", "ack") else None
         return check_results(ran, self._served_scaling) if ran else None
 

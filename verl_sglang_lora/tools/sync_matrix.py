@@ -17,17 +17,14 @@ in-place sync, with no sync. (Against back-to-back requests the H200 measured +1
 moves no data on the request path; whether a request in that loop position without a sync is as slow is what the
 control decides.)
 
-Paths: ``inplace`` (the resident write + the loader's verify against the trainer's checksum, rung on the loader's
-doorbell as the plugin's server actor does: runtime/resident/doorbell.py; requests then carry the slot's new version
-in ``extra_key`` as the plugin's do, so no prefix-cache flush: runtime/sync/prefix_tags.py), ``inplace_request`` (the
-same write sent as SGLang's ``update_weights_from_tensor`` request, the plugin's path where no doorbell listens),
-``versioned`` (the plugin's load of a new adapter name from the device buffer through
+Paths: ``inplace`` (the resident write + the loader's verify against the trainer's checksum; requests then carry the
+slot's new version in ``extra_key`` as the plugin's do, so no prefix-cache flush: runtime/sync/prefix_tags.py), ``versioned`` (the plugin's load of a new adapter name from the device buffer through
 ``load_lora_adapter_from_tensors``, unload of the previous one), ``disk`` (safetensors + ``load_lora_adapter``), verl
 0.9.1's stock ``ServerAdapter.update_weights`` adapter path (its own code; its ``_engine`` calls forwarded to the same
 tokenizer manager -- its exact error where it fails), and the floors: the copies (device-to-device and pinned
-host-to-device copies of the same bytes) and the loader's two doors (a ``ping`` sent the way a write is sent, which
-copies nothing: ``loader_request_floor`` as SGLang's ``update_weights_from_tensor`` request -- what that path costs by
-itself, with the weight-update session around it on SGLang >= 0.5.23 -- and ``doorbell_floor`` on the doorbell).
+host-to-device copies of the same bytes) and the loader request (``loader_request_floor``: a ``ping`` sent the way a
+write is sent -- empty header, answer on the reply channel -- which copies nothing: what SGLang's
+``update_weights_from_tensor`` path costs by itself, with the weight-update session around it on SGLang >= 0.5.23).
 Correctness: the written slot byte-compared with SGLang's own load of the
 same adapter, and the log-probs served through it against that load's and the base model's.
 """
@@ -45,13 +42,12 @@ from typing import Any, Callable
 
 import torch
 
-from verl_sglang_lora.runtime.resident.doorbell import DoorbellClient
 from verl_sglang_lora.runtime.sync.prefix_tags import PrefixTags
 from verl_sglang_lora.sglang_contract.errors import request_outcome
 from verl_sglang_lora.sglang_contract.installed import io_struct as sglang_struct
 from verl_sglang_lora.tools.benchmarks import pct
 
-PATHS = ("inplace", "inplace_request", "versioned", "disk", "verl_stock")
+PATHS = ("inplace", "versioned", "disk", "verl_stock")
 PROMPT_IDS = [(17 * i + 3) % 1000 + 10 for i in range(24)]  # token ids: the checkpoints carry no tokenizer
 
 
@@ -208,24 +204,13 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         send(calls)
         check(calls)
 
-    def ring(calls: list) -> None:
-        for c in calls:  # as the server actor rings the doorbell the attach named
-            answer = bench.run(bell.ring(c.header))
-            if not answer.startswith("ok"):
-                raise RuntimeError(f"doorbell: {answer}")
-
     # slots: SGLang's own load of version 0 into both, the plan attached and checked against it (as at a launch)
     requests = ResidentRequests(torch.device("cuda"))
     for slot in SLOTS:
         load_tensors(slot, pinned=True)
     loader(requests.attach(flat.tensors, 0, flat.flat, flat.checksum))
-    bell, no_bell = DoorbellClient(requests.doorbell, 120.0), None
-    try:
-        bench.run(bell.connect())
-    except OSError as exc:  # no doorbell in this SGLang (its scheduler log says why): the doorbell rows say so
-        no_bell = f"no doorbell ({type(exc).__name__}: {exc}); SGLang's scheduler log says why"
     served = {"slot": SLOTS[0]}
-    times = {p: PathTimes(error=no_bell if p == "inplace" else None) for p in PATHS}
+    times = {p: PathTimes() for p in PATHS}
     prev = {"versioned": None, "disk": None}
     try:
         stock = stock_adapter(bench, config)
@@ -238,17 +223,15 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         flat = collector.collect(iter(versions[i % 2]), names.resolve_lora)
         torch.cuda.synchronize()
 
-    def timed_call(build: Callable[[], Any], into: PathTimes | None, door: Callable[[list], None]) -> float:
-        """Build one loader call, send it through ``door``, check its answer; its phases into ``into`` (None: warm-up):
-        the client's build (the blob serialized only where the door needs it), the round trip split at the loader's
-        entry stamp (same host clock) into the way in, the loader (its work, before it reports) and the way back (the
-        report's two small copies and sync, the door's answer), and the client's check (reading the answer)."""
+    def timed_call(build: Callable[[], Any], into: PathTimes | None) -> float:
+        """Build one loader call, send it, check its answer; its phases into ``into`` (None: warm-up): the client's
+        build, the round trip split at the loader's entry stamp (same host clock) into the way in, the loader (its
+        work, before it reports) and the way back (the report's two small copies and sync, SGLang's answer), and the
+        client's check (reading the answer)."""
         t0 = time.perf_counter()
         call = build()
-        if door is send:
-            call.blobs  # noqa: B018 - serialized here, inside the build
         t1, sent_ns = time.perf_counter(), time.time_ns()
-        door([call])
+        send([call])
         t_back = time.perf_counter()
         check([call])
         t_checked = time.perf_counter()
@@ -260,14 +243,13 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
                        outbound_ms=round_trip - inbound - loader_ms, check_ms=(t_checked - t_back) * 1e3)
         return (t_checked - t0) * 1e3
 
-    def inplace(i: int, path: str = "inplace", door: Callable[[list], None] = ring) -> float:
+    def inplace(i: int) -> float:
         (slot,) = write_targets(served["slot"])  # the slot not served, as the client picks it
-        version = 1000 + 2 * i + (path != "inplace")
         t0 = time.perf_counter()
         # the idle slot's call only, as the client
-        timed_call(lambda: requests.writes(version, flat.checksum, (slot,))[slot],
-                   times[path] if i >= warmup else None, door)
-        bench.tags.set(slot, version)  # as the server actor does: no flush, the slot's requests get a new key
+        timed_call(lambda: requests.writes(1000 + i, flat.checksum, (slot,))[slot],
+                   times["inplace"] if i >= warmup else None)
+        bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key
         served["slot"] = slot
         return (time.perf_counter() - t0) * 1e3
 
@@ -299,11 +281,9 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         stock(list(flat.tensors.items()))
         return (time.perf_counter() - t0) * 1e3
 
-    served_name = {"inplace": lambda: served["slot"], "inplace_request": lambda: served["slot"],
-                   "versioned": lambda: prev["versioned"], "disk": lambda: prev["disk"],
-                   "verl_stock": lambda: SGLANG_LORA_NAME}
-    fns = {"inplace": inplace, "inplace_request": lambda i: inplace(i, "inplace_request", send),
-           "versioned": versioned, "disk": disk, "verl_stock": verl_stock}
+    served_name = {"inplace": lambda: served["slot"], "versioned": lambda: prev["versioned"],
+                   "disk": lambda: prev["disk"], "verl_stock": lambda: SGLANG_LORA_NAME}
+    fns = {"inplace": inplace, "versioned": versioned, "disk": disk, "verl_stock": verl_stock}
     control: list[float] = []
     for i in range(warmup + iters):
         refill(i)
@@ -334,29 +314,28 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         if i >= warmup:
             steady.append((time.perf_counter() - t0) * 1e3)
     control_ms = pct(control, 0.5)
-    door_floors = {"loader_request_floor": (PathTimes(), send), "doorbell_floor": (PathTimes(error=no_bell), ring)}
-    for i in range(warmup + iters):
-        for floor, door in door_floors.values():  # interleaved, as the paths
-            def ping(floor: PathTimes = floor, door: Callable[[list], None] = door) -> None:
-                ms = timed_call(lambda: requests.call("ping", served["slot"], on_reply_channel=True),
-                                floor if i >= warmup else None, door)
-                if i >= warmup:
-                    floor.sync.append(ms)
-            guard(floor, ping)
+    request_floor = PathTimes()
+
+    def pings() -> None:
+        for i in range(warmup + iters):
+            ms = timed_call(lambda: requests.call("ping", served["slot"], on_reply_channel=True),
+                            request_floor if i >= warmup else None)
+            if i >= warmup:
+                request_floor.sync.append(ms)
+
+    guard(request_floor, pings)
     floors = copy_floors(flat.flat, iters)
     correct = check_slot(bench, requests, served["slot"], load_tensors, loader)
-    bell.close()
     for name in [*SLOTS, prev["versioned"], prev["disk"]]:
         if name:
             guard(PathTimes(), lambda name=name: unload(name))
     rows = []
     for path in PATHS:
         row = {"rank": rank, "path": path, "bytes": nbytes, "tensors": len(flat.entries), **times[path].row(control_ms, nbytes)}
-        row["correct"] = correct["ok"] if path.startswith("inplace") else None
+        row["correct"] = correct["ok"] if path == "inplace" else None
         rows.append(row)
-    for name, (floor, _) in door_floors.items():
-        rows.append({"rank": rank, "path": name, "bytes": 0, **floor.row(control_ms, 1),
-                     "first_request_ms": None, "first_batch_penalty_ms": None, "GBps": None, "correct": None})
+    rows.append({"rank": rank, "path": "loader_request_floor", "bytes": 0, **request_floor.row(control_ms, 1),
+                 "first_request_ms": None, "first_batch_penalty_ms": None, "GBps": None, "correct": None})
     for path, samples in floors.items():
         p50 = pct(samples, 0.5)
         rows.append({"rank": rank, "path": path, "bytes": nbytes, "n": len(samples), "p50_ms": round(p50, 4),

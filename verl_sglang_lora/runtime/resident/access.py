@@ -104,12 +104,6 @@ def notify_slots_updated(manager: Any, slots: set[int]) -> None:
         hook(set(slots))
 
 
-def caches_slot_state(manager: Any) -> bool:
-    """Whether a LoRA module keeps per-slot state that ``notify_slots_updated`` refreshes (0.5.23, some models)."""
-    return any(callable(getattr(module, "on_lora_slots_updated", None))
-               for layer in getattr(manager, "lora_modules", []) for module in layer.values())
-
-
 def new_adapter(manager: Any, uid: str) -> Any:
     """A fresh ``LoRAAdapter`` built the way the manager builds the one of ``uid`` (same config, backend,
     base model), for feeding SGLang's own normalization with other tensors. Constructor arguments are read

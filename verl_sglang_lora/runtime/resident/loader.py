@@ -12,9 +12,7 @@ Ops (``op=`` in the header name):
   attach   slot=<lora_name> [version=N] [write=1] + adapter tensors: trace SGLang's layout for this rank, bind
            it to these tensors (kept referenced: send persistent buffers, e.g. CUDA IPC views of the trainer's
            flat buffer) and optionally write them.
-           With a reply channel (``protocol``), later requests for the slot with an empty header answer there;
-           with ``doorbell=<name>`` as well, write / checksum / ping also come as one line on that abstract socket,
-           answered from a thread of this process (``doorbell``: SGLang's request path costs more than the write).
+           With a reply channel (``protocol``), later requests for the slot with an empty header answer there.
   write    slot=<lora_name> version=N [checksum=0] [sum0=.. sum1=..]: copy the attached sources into the slot;
            adapter tensors in the same request are used instead (bound with the attached or a freshly traced
            layout). With the trainer's checksum of its flat buffer (sum0/sum1) and a mirror built at attach, the
@@ -29,19 +27,15 @@ Ops (``op=`` in the header name):
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
-import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 import torch
 
-from . import doorbell
 from . import protocol as P
-from .access import (ResidentError, buffer_id, caches_slot_state, ensure_resident, find_lora_manager, is_pinned,
+from .access import (ResidentError, buffer_id, ensure_resident, find_lora_manager, is_pinned,
                      notify_slots_updated, resolve_uid)
 from .execute import pair_checksums, run_copies, slot_checksum
 from .mirror import Mirror, flat_checksum
@@ -67,8 +61,6 @@ class SlotState:
 
 
 _SLOTS: dict[tuple[int, str], SlotState] = {}
-_RUN_LOCK = threading.Lock()  # SGLang's request loop and the doorbell thread take turns
-DOORBELL_OPS = ("write", "checksum", "ping")  # need no tensors and change no pool state
 # The last status/message tensors per (op, slot): holding them keeps torch's CUDA-IPC handle cache warm, so the
 # next request's identical handles are not opened again (an IPC open costs more than the whole copy).
 _KEEP: dict[tuple[str, str], tuple] = {}
@@ -149,24 +141,22 @@ def _build_mirror(req: P.Request, pairs: list[CopyPair], uid: str) -> Optional[M
     return mirror
 
 
-def _slot(manager: Any, req: P.Request, may_fetch: bool = True) -> tuple[str, int]:
+def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
     name = req.get("slot")
     if not name:
         raise ResidentError(1, f"op={req.op} needs slot=<lora_name>")
     uid = resolve_uid(manager, name)
     if not is_pinned(manager, uid) and req.get("allow_unpinned") != "1":
         raise ResidentError(10, f"slot {name!r} is not pinned: SGLang may evict it and reload stale weights")
-    # beside the scheduler's loop (the doorbell) the pool is SGLang's to change: a slot that is not resident fails
-    return uid, ensure_resident(manager, uid) if may_fetch else buffer_id(manager, uid)
+    return uid, ensure_resident(manager, uid)
 
 
-def handle(model: Any, req: P.Request, may_fetch: bool = True) -> tuple[dict[int, int], str]:
-    """Run one request; returns (status fields, message). Raises ``ResidentError`` on a failed guard.
-    ``may_fetch``: a slot that is not resident may be loaded into the pool (only on SGLang's own request path)."""
+def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
+    """Run one request; returns (status fields, message). Raises ``ResidentError`` on a failed guard."""
     if req.op == "ping":
         return {}, "pong"
     manager = find_lora_manager(model)
-    uid, slot = _slot(manager, req, may_fetch)
+    uid, slot = _slot(manager, req)
     key = (id(manager), uid)
     state = _SLOTS.get(key)
     fields: dict[int, int] = {P.BUFFER_ID: slot, P.VERSION: req.int("version", state.version if state else -1),
@@ -221,20 +211,13 @@ def handle(model: Any, req: P.Request, may_fetch: bool = True) -> tuple[dict[int
 def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
     """SGLang's custom-weight-loader hook. Never raises; reports through the request's status tensor."""
     wall0, t0 = time.time_ns(), time.perf_counter_ns()
+    req = None
     try:
         req = P.parse(named_tensors)
     except Exception as exc:  # noqa: BLE001 - nothing to report into without a header
         logger.error("verl resident loader: unusable request (%s: %s)", type(exc).__name__, exc)
         return
-    with _RUN_LOCK:
-        _run(model, req, wall0, t0, may_fetch=True)
-        if req.op == "attach" and req.get("doorbell"):
-            _start_doorbell(model, req)
-
-
-def _run(model: Any, req: P.Request, wall0: int, t0: int, may_fetch: bool) -> Optional[str]:
-    """Run ``req`` and answer it; None once answered, else why it was not run (no channel to answer on)."""
-    seq = _seq(req)
+    seq = req.int("seq", 0) if (req.get("seq") or "").lstrip("-").isdigit() else 0
     if req.status is not None:
         _KEEP[(req.op, req.get("slot") or "")] = (req.status, req.message)
         status, out = req.status, req.message
@@ -244,9 +227,9 @@ def _run(model: Any, req: P.Request, wall0: int, t0: int, may_fetch: bool) -> Op
         except Exception as exc:  # noqa: BLE001 - the caller sees no answer under its seq
             logger.error("verl resident loader: op=%s seq=%s not run, no reply channel to answer on: %s", req.op,
                          seq, exc)
-            return f"no reply channel: {exc}"
+            return
     try:
-        fields, message = handle(model, req, may_fetch)
+        fields, message = handle(model, req)
         fields.update({P.STATE: P.OK, P.SEQ: seq, P.TOTAL_NS: time.perf_counter_ns() - t0})
     except ResidentError as exc:
         fields, message = {P.STATE: P.FAILED, P.ERROR: exc.code, P.SEQ: seq}, str(exc)
@@ -260,11 +243,6 @@ def _run(model: Any, req: P.Request, wall0: int, t0: int, may_fetch: bool) -> Op
         P.write_status(status, fields)
     except Exception:  # noqa: BLE001 - the caller sees a stale seq and says the loader never reported
         logger.exception("verl resident loader: op=%s seq=%s: could not report (%s)", req.op, seq, message)
-    return None
-
-
-def _seq(req: P.Request) -> int:
-    return req.int("seq", 0) if (req.get("seq") or "").lstrip("-").isdigit() else 0
 
 
 def _reply_channel(model: Any, req: P.Request) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,52 +253,3 @@ def _reply_channel(model: Any, req: P.Request) -> tuple[torch.Tensor, torch.Tens
         raise ResidentError(11, f"slot {req.get('slot')!r} has no reply channel: its attach did not hand one over")
     return state.reply
 
-
-
-def _start_doorbell(model: Any, req: P.Request) -> None:
-    """After an attach that names a doorbell: listen for this client's writes in this process (once)."""
-    manager = find_lora_manager(model)
-    state = _SLOTS.get((id(manager), resolve_uid(manager, req.get("slot") or "")))
-    if state is None or state.reply is None or not state.pairs:
-        return  # the attach failed or handed over no reply channel: its own answer says so
-    if caches_slot_state(manager):
-        logger.warning("verl resident loader: no doorbell: this model's LoRA modules cache per-slot state "
-                       "(on_lora_slots_updated), which only SGLang's loop may refresh; writes take its request path")
-        return
-    device = state.pairs[0][1].device
-    why = doorbell.ensure_listener(req.get("doorbell") or "", _DoorbellServer(model, device))
-    if why:
-        logger.warning("verl resident loader: no doorbell (%s); writes take SGLang's request path", why)
-
-
-class _DoorbellServer:
-    """Answers one doorbell line: the header name of a write (or checksum/ping) in the reply-channel form."""
-
-    def __init__(self, model: Any, device: torch.device) -> None:
-        self.model = weakref.ref(model)
-        self.device = device
-        self.stream: Optional[torch.cuda.Stream] = None
-
-    def __call__(self, line: str) -> str:
-        wall0, t0 = time.time_ns(), time.perf_counter_ns()
-        req = P.parse([(line, _EMPTY)])
-        if req.op not in DOORBELL_OPS or req.status is not None:
-            return f"refused op={req.op}: the doorbell takes {', '.join(DOORBELL_OPS)} in the reply-channel form"
-        model = self.model()
-        if model is None:
-            return "refused: the served model is gone"
-        with _RUN_LOCK, self._on_stream():
-            why = _run(model, req, wall0, t0, may_fetch=False)
-        return f"refused seq={_seq(req)} {why}" if why else f"ok seq={_seq(req)}"
-
-    def _on_stream(self) -> Any:
-        """A stream of this thread's own on the slot's device (a new thread starts on device 0, default stream)."""
-        if self.device.type != "cuda":
-            return contextlib.nullcontext()
-        if self.stream is None:
-            torch.cuda.set_device(self.device)
-            self.stream = torch.cuda.Stream(self.device)
-        return torch.cuda.stream(self.stream)
-
-
-_EMPTY = torch.empty(0, dtype=torch.int64)  # a doorbell line parses as a header with no status: reply channel

@@ -10,7 +10,6 @@ by its ``seq``.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from dataclasses import dataclass, field
@@ -18,7 +17,6 @@ from typing import Any
 
 import torch
 
-from verl_sglang_lora.runtime.resident import doorbell
 from verl_sglang_lora.runtime.resident import protocol as P
 
 SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
@@ -27,24 +25,15 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class LoaderCall:
-    """One loader op for the server actor: its named-tensor list (serialized per TP rank on first use of ``blobs``:
-    a write rung on the doorbell never needs it) and its status tensor."""
+    """One loader op for the server actor: the serialized named-tensor list per TP rank, and its status tensor."""
 
     op: str
     slot: str
-    named: list[tuple[str, torch.Tensor]] = field(repr=False)
+    blobs: list[bytes]
     status: torch.Tensor = field(repr=False)
     message: torch.Tensor = field(repr=False)
     trainer_sum: bool = False  # the header carried the trainer's checksum for the loader to verify against
     seq: int = 0  # the request's number: an answer with another seq is an older one (reply channels are reused)
-    header: str = ""  # the header name: all a reply-channel request is, and what the doorbell carries
-
-    @functools.cached_property
-    def blobs(self) -> list[bytes]:
-        """The request for SGLang's ``update_weights_from_tensor`` (CUDA-IPC handles of the tensors)."""
-        from sglang.srt.utils import MultiprocessingSerializer
-
-        return [MultiprocessingSerializer.serialize(self.named)]
 
     def result(self) -> dict[str, Any]:
         out = P.read_status(self.status)
@@ -55,9 +44,8 @@ class LoaderCall:
 class ResidentRequests:
     """Builds the loader calls of one sync client (TP size 1: the sources live on this GPU)."""
 
-    def __init__(self, device: torch.device, doorbell_address: str | None = None) -> None:
+    def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.doorbell = doorbell_address or doorbell.new_address()  # named at attach; the loader listens on it
         self.seq = 0
         self._status: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
         self._empty = torch.empty(0, dtype=torch.int64, device=device)  # a header that moves no memory
@@ -71,6 +59,8 @@ class ResidentRequests:
         """One loader op. ``on_reply_channel``: the header is empty and the loader answers on the pair this
         client's attach of ``slot`` handed over (``attach`` below) -- nothing is zeroed, the seq tells the answers
         apart."""
+        from sglang.srt.utils import MultiprocessingSerializer
+
         self.seq += 1
         if on_reply_channel:
             status, message = self._pair("write", slot)
@@ -83,7 +73,8 @@ class ResidentRequests:
             named = P.request_tensors(op, status, adapter, message, flat, reply, slot=slot, seq=self.seq, **fields)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the sources (and a zeroed status) are visible
-        return LoaderCall(op, slot, named, status, message, "sum0" in fields, self.seq, named[0][0])
+        return LoaderCall(op, slot, [MultiprocessingSerializer.serialize(named)], status, message, "sum0" in fields,
+                          self.seq)
 
     def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor,
                checksum: tuple[int, int]) -> list[LoaderCall]:
@@ -93,9 +84,8 @@ class ResidentRequests:
         in the writes' form (empty header): slot1's checksum, which must equal what its attach wrote, and a ping of
         slot0 -- each channel is proven before a write relies on it."""
         s0, s1 = checksum
-        bell = self.doorbell
-        return [self.call("attach", SLOTS[0], adapter, flat, version=version, write=0, doorbell=bell),
-                self.call("attach", SLOTS[1], adapter, flat, version=version, write=1, sum0=s0, sum1=s1, doorbell=bell),
+        return [self.call("attach", SLOTS[0], adapter, flat, version=version, write=0),
+                self.call("attach", SLOTS[1], adapter, flat, version=version, write=1, sum0=s0, sum1=s1),
                 self.call("compare", SLOTS[1], ref=SLOTS[0]),
                 self.call("checksum", SLOTS[1], on_reply_channel=True),
                 self.call("ping", SLOTS[0], on_reply_channel=True)]
@@ -103,8 +93,7 @@ class ResidentRequests:
     def writes(self, version: int, checksum: tuple[int, int], slots: tuple[str, ...] = SLOTS) -> dict[str, LoaderCall]:
         """An in-place write for each of ``slots``, carrying the trainer's checksum of its flat buffer (the one the
         loader copies from) for the loader to verify the slot against; the server actor sends the one for its idle
-        slot. Each call costs a stream sync (and a small serialization if sent as SGLang's request): a client that
-        knows the idle slot builds one."""
+        slot. Each call costs a stream sync and a small serialization: a client that knows the idle slot builds one."""
         s0, s1 = checksum
         return {slot: self.call("write", slot, on_reply_channel=True, version=version, checksum=1, sum0=s0, sum1=s1)
                 for slot in slots}

@@ -25,7 +25,6 @@ is a no-op. No tensor the plan reads or writes is affected.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import inspect
 import json
@@ -342,83 +341,10 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
                                                     checksum=1, sum0=s0 + 1, sum1=s1))
         out["reply_stale_sum_status"] = P.read_status(reply[0])
         out["reply_stale_sum_message"] = P.read_message(reply[1])
-        out.update(_doorbell_cases(manager, slot_uid, ref_uid, rank, flat, persistent, status, message, reply))
-        out["reply_before_detach_seq"] = P.read_status(reply[0])["seq"]
         apply(manager.base_model, P.request_tensors("detach", status, None, message, slot="verl_lora_slot0", seq=13))
         apply(manager.base_model, P.request_tensors("write", empty, slot="verl_lora_slot0", version=7, seq=14))
         out["reply_after_detach_status"] = P.read_status(reply[0])
     out["secs"] = round(time.perf_counter() - t0, 2)
-    return out
-
-
-def ring(address: str, *lines: str) -> list[str]:
-    """Each line over the loader's doorbell, as the server actor sends it; a refused connect is answered by name."""
-    from .doorbell import DoorbellClient
-
-    async def go() -> list[str]:
-        client = DoorbellClient(address, 30.0)
-        try:
-            return [await client.ring(line) for line in lines]
-        except OSError as exc:
-            return [type(exc).__name__]
-        finally:
-            client.close()
-
-    return asyncio.run(go())
-
-
-def _doorbell_cases(manager: Any, slot_uid: str, ref_uid: str, rank: int, flat: torch.Tensor, persistent: dict,
-                    status: torch.Tensor, message: torch.Tensor, reply: tuple) -> dict:
-    """The doorbell: an attach names it, writes come as one line and answer on the reply channel; what it refuses."""
-    from . import doorbell
-    from . import protocol as P
-    from .loader import apply
-    from .mirror import flat_checksum
-    from .verify import compare_slots, reference_write
-
-    out: dict[str, Any] = {}
-    pool, slot0 = manager.memory_pool, "verl_lora_slot0"
-    bell = doorbell.new_address()
-    apply(manager.base_model, P.request_tensors("attach", status, persistent, message, flat, reply, slot=slot0,
-                                                version=8, write=0, seq=40, doorbell=bell))
-    out["doorbell_attach_status"] = P.read_status(status)
-    newest = peft_adapter(rank, seed=5)
-    for k, v in newest.items():
-        persistent[k].copy_(v)
-    s0, s1 = flat_checksum(flat)
-    out["doorbell_write_answer"] = ring(bell, P.header_name("write", slot=slot0, version=9, seq=41, checksum=1,
-                                                            sum0=s0, sum1=s1))
-    out["doorbell_write_status"] = P.read_status(reply[0])
-    reference_write(manager, ref_uid, newest, pool.uid_to_buffer_id[ref_uid])
-    out["doorbell_write_mismatches"] = len(compare_slots(pool, pool.uid_to_buffer_id[slot_uid],
-                                                         pool.uid_to_buffer_id[ref_uid]))
-    out["doorbell_stale_sum_answer"] = ring(bell, P.header_name("write", slot=slot0, version=10, seq=42, checksum=1,
-                                                                sum0=s0 + 1, sum1=s1))
-    out["doorbell_stale_sum_status"] = P.read_status(reply[0])
-    # refused unrun: a slot with no reply channel, an op that needs tensors; a slot no longer in the pool fails
-    # (as if evicted: beside SGLang's loop the loader never fetches one)
-    saved = pool.uid_to_buffer_id.pop(slot_uid)
-    try:
-        out["doorbell_refusals"] = ring(bell, P.header_name("write", slot="reference", version=11, seq=43),
-                                        P.header_name("attach", slot=slot0, seq=44),
-                                        P.header_name("write", slot=slot0, version=12, seq=45, checksum=1,
-                                                      sum0=s0, sum1=s1))
-        out["doorbell_evicted_status"] = P.read_status(reply[0])
-    finally:
-        pool.uid_to_buffer_id[slot_uid] = saved
-    doorbell.stop_listener(bell)
-    out["doorbell_after_stop"] = ring(bell, P.header_name("ping", slot=slot0, seq=46))
-    # a model whose LoRA modules cache per-slot state (0.5.23's hook): the attach starts no doorbell
-    module = next(iter(manager.lora_modules[0].values()))
-    module.on_lora_slots_updated = lambda slot_ids: None
-    try:
-        hooked = doorbell.new_address()
-        apply(manager.base_model, P.request_tensors("attach", status, persistent, message, flat, reply, slot=slot0,
-                                                    version=13, write=0, seq=47, doorbell=hooked))
-        out["doorbell_hooked_attach_status"] = P.read_status(status)
-        out["doorbell_hooked"] = ring(hooked, P.header_name("ping", slot=slot0, seq=48))
-    finally:
-        del module.on_lora_slots_updated
     return out
 
 

@@ -25,9 +25,8 @@ class AdapterPush:
     request_fields: dict[str, Any]
     stats: SyncStats = field(default_factory=SyncStats)
     canary: dict[str, Any] | None = None  # CanaryExpectation.to_dict(), or None with the canary off
-    # the resident path (runtime/resident): {"attach": [(op, slot, blobs)], "slot_fields": {...}, "doorbell": name}
-    # once per launch, then {"writes": {slot: blobs}, "headers": {slot: header}} (the doorbell carries the header,
-    # SGLang's request the blob); request_fields may then be empty (the server asks for them when it needs them)
+    # the resident path (runtime/resident): {"attach": [(op, slot, blobs)], "slot_fields": {...}} once per launch,
+    # then {"writes": {slot: blobs}}; request_fields may then be empty (the server asks for them when it needs them)
     resident: dict[str, Any] | None = None
     resident_failed: str | None = None  # the client's check of an in-place write failed: load this version instead
 

@@ -34,7 +34,6 @@ class SyncStats:
     activate_ms: float = figure(MAX, 0.0)  # switch, unload of stale versions, cache flush
     total_ms: float = figure(MAX, 0.0)  # client start to activation (the Ray reply is not counted)
     inplace: int = figure(SUM)  # 1 when the version was written in place into a resident slot
-    doorbell: int = figure(SUM)  # 1 when that write went over the loader's doorbell, not SGLang's request path
 
     def as_metrics(self) -> dict[str, float]:
         return {f"{PREFIX}sync_{k}": float(v) for k, v in asdict(self).items()}
