@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ class LoaderCall:
     message: torch.Tensor = field(repr=False)
     trainer_sum: bool = False  # the header carried the trainer's checksum for the loader to verify against
     seq: int = 0  # the request's number: an answer with another seq is an older one (reply channels are reused)
+    build_ms: dict[str, float] = field(default_factory=dict)  # where building it went: stream sync, serialization
 
     def result(self) -> dict[str, Any]:
         out = P.read_status(self.status)
@@ -71,10 +73,14 @@ class ResidentRequests:
             message.zero_()
             reply = self._pair("write", slot) if op == "attach" else None
             named = P.request_tensors(op, status, adapter, message, flat, reply, slot=slot, seq=self.seq, **fields)
+        t0 = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the sources (and a zeroed status) are visible
-        return LoaderCall(op, slot, [MultiprocessingSerializer.serialize(named)], status, message, "sum0" in fields,
-                          self.seq)
+        t1 = time.perf_counter()
+        blobs = [MultiprocessingSerializer.serialize(named)]
+        t2 = time.perf_counter()
+        return LoaderCall(op, slot, blobs, status, message, "sum0" in fields, self.seq,
+                          {"sync": (t1 - t0) * 1e3, "serialize": (t2 - t1) * 1e3})
 
     def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor,
                checksum: tuple[int, int]) -> list[LoaderCall]:
