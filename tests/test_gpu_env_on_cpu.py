@@ -369,3 +369,42 @@ def test_a_real_bundle_install_is_seen_first_by_the_env_and_passes_its_check(tmp
     assert where.stdout.startswith(str(env / gpu_env.BUNDLE_SITE)), where.stderr
     again = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "reusing" in again.stderr
+
+
+def test_a_python_that_is_a_venv_layers_the_env_over_it_so_its_torch_is_seen(tmp_path: Path) -> None:
+    """The H200 host's ``python3`` is a venv holding the CUDA torch (/opt/torch/.venv), its interpreter has none. The
+    env is made from the interpreter, the venv's site-packages stay visible behind the bundle (a .pth file), torch
+    is decided on the venv's, and the stamp names the venv. Real run: this suite's venv plays the host's."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the suite does not run in a venv here")
+    torch_version = md.version("torch")
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    if subprocess.run([str(base), "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        pytest.skip(f"{base} has no pip")
+    pins = {"verl": ("0.9.1", "verl"), "sglang": ("0.5.12", "sglang"), "ray": ("2.60.0", "ray"),
+            "transferqueue": ("0.1.11", "transfer_queue")}
+    whl = tmp_path / "whl"
+    whl.mkdir()
+    sums = [f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}"
+            for w in (tiny_wheel(whl, d, v, m) for d, (v, m) in pins.items())]
+    (whl / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    constraints = tmp_path / "c.txt"
+    constraints.write_text(f"torch=={torch_version.split('+')[0]}\n" + "".join(
+        f"{d}=={v}{'  # --no-deps' if d == 'sglang' else ''}\n" for d, (v, _) in pins.items()))
+    env = tmp_path / "gpu-env"
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("VSL_")}
+    run_env.update(PYTHONPATH=str(ROOT), VSL_BUNDLE=str(whl))
+    cmd = [sys.executable, "-m", "verl_sglang_lora.tools.gpu_env", "--skip-gpu-check", "--base-python",
+           sys.executable, "--env", str(env), "--constraints", str(constraints)]
+    proc = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{sys.executable} is a venv" in proc.stderr and f"seen through {sys.executable}" in proc.stderr
+    env_python = proc.stdout.strip()
+    where = subprocess.run([env_python, "-c", "import torch, verl; print(torch.__file__); print(verl.__file__)"],
+                           capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    torch_file, verl_file = where.stdout.split()
+    assert torch_file.startswith(sys.prefix)  # the venv's torch, through the .pth
+    assert verl_file.startswith(str(env / gpu_env.BUNDLE_SITE))  # the bundle ahead of the venv's own verl
+    assert json.loads((env / gpu_env.STAMP).read_text())["parent_venv"] == sys.executable
+    again = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "reusing" in again.stderr, again.stderr

@@ -7,7 +7,9 @@ stderr. In order:
 1. this python already has the tested set (the preflight's package check against the constraints file): use it;
 2. the env (``VSL_GPU_ENV``, default ``.venv-gpu`` in the checkout) carries a stamp for the same constraints file
    (sha256) and the same python: reuse it (well under a second);
-3. else (re)build it: ``python -m venv --system-site-packages``, so the host's CUDA torch is seen, then the tested set
+3. else (re)build it: ``python -m venv --system-site-packages``, so the host's CUDA torch is seen (where this python is
+   itself a venv -- the H200 host's ``python3`` is ``/opt/torch/.venv`` -- the env is made from its interpreter and a
+   .pth file keeps the venv's site-packages visible behind the env's own), then the tested set
    from the offline bundle (``VSL_BUNDLE=DIR``: a folder with SHA256SUMS, or carry_plan's ``b*/`` batches; found by
    itself in ``.whl/`` or ``/tmp/whl``; ``VSL_BUNDLE=none`` forces the index) through
    scripts/offline_bundle/install.sh, or from the package index with the constraints file (README, Install); then
@@ -55,7 +57,9 @@ PROBE = ("import json, sys, importlib.metadata as m, importlib.util as u\n"
          "print(json.dumps({'version': '%d.%d.%d' % sys.version_info[:3], 'tag': 'cp%d%d' % sys.version_info[:2],"
          " 'executable': sys.executable, 'torch': t, 'venv': sys.prefix != sys.base_prefix,"
          " 'base_executable': getattr(sys, '_base_executable', sys.executable),"
+         " 'site': sorted({__import__('sysconfig').get_paths()[k] for k in ('purelib', 'platlib')}),"
          " 'pip': u.find_spec('pip') is not None}))")
+PARENT_PTH = "vsl-parent-venv.pth"  # the site-packages of the venv the env is layered over (e.g. the host's torch)
 
 
 class SetupError(Exception):
@@ -96,7 +100,7 @@ def probe(python: str) -> dict:
 
 def wanted_stamp(constraints: Path, base: dict) -> dict:
     return {"constraints": constraints.name, "constraints_sha256": sha256(constraints),
-            "python": base["version"], "base_python": base["executable"]}
+            "python": base["version"], "base_python": base["executable"], "parent_venv": base.get("parent")}
 
 
 def stamp_verdict(env: Path, want: dict) -> tuple[bool, str]:
@@ -115,6 +119,8 @@ def stamp_verdict(env: Path, want: dict) -> tuple[bool, str]:
     if (have.get("python"), have.get("base_python")) != (want["python"], want["base_python"]):
         return False, (f"it was built on python {have.get('python')} ({have.get('base_python')}), this is "
                        f"{want['python']} ({want['base_python']})")
+    if have.get("parent_venv") != want.get("parent_venv"):
+        return False, f"it was layered over {have.get('parent_venv')}, this python is {want.get('parent_venv')}"
     return True, f"stamp matches ({want['constraints']}, python {want['python']}, built {have.get('built', '?')})"
 
 
@@ -178,7 +184,8 @@ def torch_decision(base: dict, pinned: str | None, bundle: Bundle | None) -> str
     if pinned is None:
         return f"torch: not pinned by the constraints; the host's ({host or 'none'}) is what the env sees"
     if host and host.split("+", 1)[0] == pinned:
-        return f"torch: the host's {host} (the tested {pinned}), seen through --system-site-packages"
+        seen = f"{base['parent']} ({PARENT_PTH})" if base.get("parent") else "--system-site-packages"
+        return f"torch: the host's {host} (the tested {pinned}), seen through {seen}"
     if bundle is not None:
         raise SetupError("choose torch", f"the offline bundle carries no torch (the host's is used) and "
                          f"{base['executable']} has {host or 'none'}, not the tested {pinned}",
@@ -231,12 +238,19 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
                 action=lambda: (env.mkdir(parents=True, exist_ok=True), (env / PARTIAL).write_text("")))
     venv_fix = (f"make {base_py} able to create venvs (Debian/Ubuntu: apt-get install python3-venv), or "
                 "PYTHON=another python, or VSL_SKIP_SETUP=1 with your own env")
+    parent_site = base.get("parent_site") or []
+    layer = Step(f"let the env see {base.get('parent')}'s packages behind its own ({PARENT_PTH})",
+                 f"check that {site} is writable",
+                 action=lambda: (site.mkdir(parents=True, exist_ok=True),
+                                 (site / PARENT_PTH).write_text("".join(f"{d}\n" for d in parent_site))))
     if bundle is not None:
         # no pip in the env: install.sh runs the host python's pip with --target, then a .pth puts that target
         # ahead of the host's site-packages (its transformers / tokenizers are shadowed, its torch is used)
         steps.append(Step("create the env", venv_fix, argv=[base_py, "-m", "venv", "--system-site-packages",
                                                               "--without-pip", str(env)]))
         steps.append(mark)
+        if parent_site:
+            steps.append(layer)
         src = bundle.dirs[0]
         if len(bundle.dirs) > 1:
             src = env / ".bundle"
@@ -246,7 +260,8 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
         steps.append(Step("install the offline bundle (scripts/offline_bundle/install.sh)",
                           "carry every batch and SHA256SUMS (docs/offline_bundle.md, Build here, carry, install "
                           "there), or VSL_BUNDLE=none to install from the package index",
-                          argv=["bash", str(INSTALL_SH), str(src), str(target)], env={"PYTHON": base_py},
+                          argv=["bash", str(INSTALL_SH), str(src), str(target)],
+                          env={"PYTHON": base.get("parent") or base_py},  # the venv's pip where the interpreter has none
                           note="checks sha256, then pip --no-index --no-deps; about a minute"))
         steps.append(Step(f"put {target} on the env's path (a .pth file: no PYTHONPATH needed)",
                           f"check that {site} is writable",
@@ -257,6 +272,8 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
     else:
         steps.append(Step("create the env", venv_fix, argv=[base_py, "-m", "venv", "--system-site-packages", str(env)]))
         steps.append(mark)
+        if parent_site:
+            steps.append(layer)
         net_fix = ("check the network / pip's index settings (pip config list), or on an air-gapped host give "
                    "the offline bundle: VSL_BUNDLE=DIR (docs/offline_bundle.md)")
         # README, Install: the gpu extra with the constraints, then SGLang and its kernels without their deps
@@ -328,12 +345,16 @@ def setup(args: argparse.Namespace) -> str:
 
     env = Path(args.env or os.environ.get("VSL_GPU_ENV") or REPO / ".venv-gpu").absolute()
     base = probe(args.base_python)
+    parent: dict | None = None
     if base["venv"] and base.get("base_executable") not in (None, base["executable"]):
-        # venv makes the env from the interpreter under a venv, and --system-site-packages shows that one's packages:
-        # decide (torch, stamp) on what the env will actually see
-        say(f"{base['executable']} is a venv: the env is made from its interpreter {base['base_executable']}, whose "
-            "packages it sees (not this venv's)")
-        base = probe(base["base_executable"])
+        # venv makes the env from the interpreter under a venv; the venv's own packages (on the H200 host: its CUDA
+        # torch, /opt/torch/.venv) stay visible through a .pth file, behind the env's and the bundle's
+        parent = base
+        say(f"{parent['executable']} is a venv: the env is made from its interpreter {parent['base_executable']} and "
+            f"sees this venv's packages too ({PARENT_PTH})")
+        under = probe(parent["base_executable"])
+        base = {**under, "torch": parent.get("torch") or under.get("torch"), "parent": parent["executable"],
+                "parent_site": parent.get("site") or []}
     stamp = wanted_stamp(constraints, base)
     reuse, why = stamp_verdict(env, stamp)
     if reuse and not args.rebuild:
