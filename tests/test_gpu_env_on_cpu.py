@@ -339,12 +339,8 @@ def tiny_wheel(where: Path, dist: str, version: str, module: str) -> Path:
     return path
 
 
-def test_a_real_bundle_install_is_seen_first_by_the_env_and_passes_its_check(tmp_path: Path) -> None:
-    """The real path end to end, with tiny wheels named as the run's packages: venv from this interpreter, the
-    host's pip through install.sh, the .pth, then the env's own package check against the pins."""
-    base = Path(getattr(sys, "_base_executable", sys.executable))
-    if subprocess.run([str(base), "-m", "pip", "--version"], capture_output=True).returncode != 0:
-        pytest.skip(f"{base} has no pip")
+def tiny_bundle(tmp_path: Path, extra_pins: str = "") -> tuple[Path, Path]:
+    """An offline bundle of tiny wheels named as the run's packages (with SHA256SUMS) and the constraints pinning them."""
     pins = {"verl": ("0.9.1", "verl"), "sglang": ("0.5.12", "sglang"), "ray": ("2.60.0", "ray"),
             "transferqueue": ("0.1.11", "transfer_queue")}
     whl = tmp_path / "whl"
@@ -353,8 +349,18 @@ def test_a_real_bundle_install_is_seen_first_by_the_env_and_passes_its_check(tmp
             for w in (tiny_wheel(whl, d, v, m) for d, (v, m) in pins.items())]
     (whl / "SHA256SUMS").write_text("\n".join(sums) + "\n")
     constraints = tmp_path / "c.txt"
-    constraints.write_text("".join(f"{d}=={v}{'  # --no-deps' if d == 'sglang' else ''}\n"
-                                   for d, (v, _) in pins.items()))
+    constraints.write_text(extra_pins + "".join(f"{d}=={v}{'  # --no-deps' if d == 'sglang' else ''}\n"
+                                                for d, (v, _) in pins.items()))
+    return whl, constraints
+
+
+def test_a_real_bundle_install_is_seen_first_by_the_env_and_passes_its_check(tmp_path: Path) -> None:
+    """The real path end to end, with tiny wheels named as the run's packages: venv from this interpreter, the
+    host's pip through install.sh, the .pth, then the env's own package check against the pins."""
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    if subprocess.run([str(base), "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        pytest.skip(f"{base} has no pip")
+    whl, constraints = tiny_bundle(tmp_path)
     env = tmp_path / "gpu-env"
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("VSL_")}
     run_env.update(PYTHONPATH=str(ROOT), VSL_BUNDLE=str(whl))
@@ -381,16 +387,7 @@ def test_a_python_that_is_a_venv_layers_the_env_over_it_so_its_torch_is_seen(tmp
     base = Path(getattr(sys, "_base_executable", sys.executable))
     if subprocess.run([str(base), "-m", "pip", "--version"], capture_output=True).returncode != 0:
         pytest.skip(f"{base} has no pip")
-    pins = {"verl": ("0.9.1", "verl"), "sglang": ("0.5.12", "sglang"), "ray": ("2.60.0", "ray"),
-            "transferqueue": ("0.1.11", "transfer_queue")}
-    whl = tmp_path / "whl"
-    whl.mkdir()
-    sums = [f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}"
-            for w in (tiny_wheel(whl, d, v, m) for d, (v, m) in pins.items())]
-    (whl / "SHA256SUMS").write_text("\n".join(sums) + "\n")
-    constraints = tmp_path / "c.txt"
-    constraints.write_text(f"torch=={torch_version.split('+')[0]}\n" + "".join(
-        f"{d}=={v}{'  # --no-deps' if d == 'sglang' else ''}\n" for d, (v, _) in pins.items()))
+    whl, constraints = tiny_bundle(tmp_path, extra_pins=f"torch=={torch_version.split('+')[0]}\n")
     env = tmp_path / "gpu-env"
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("VSL_")}
     run_env.update(PYTHONPATH=str(ROOT), VSL_BUNDLE=str(whl))
