@@ -340,7 +340,7 @@ def tiny_wheel(where: Path, dist: str, version: str, module: str) -> Path:
 
 
 def tiny_bundle(tmp_path: Path, extra_pins: str = "") -> tuple[Path, Path]:
-    """An offline bundle of tiny wheels named as the run's packages (with SHA256SUMS) and the constraints pinning them."""
+    """An offline bundle of tiny wheels named as the run's packages (with SHA256SUMS), and constraints pinning them."""
     pins = {"verl": ("0.9.1", "verl"), "sglang": ("0.5.12", "sglang"), "ray": ("2.60.0", "ray"),
             "transferqueue": ("0.1.11", "transfer_queue")}
     whl = tmp_path / "whl"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The FSDP example as a new user runs it on an air-gapped GPU host (issue 19 item 2): no /tmp/site on the path, no
-# VSL_SKIP_SETUP -- the example finds the offline bundle in /tmp/whl, builds .venv-gpu from it once, checks it, runs.
+# VSL_SKIP_SETUP -- the example finds the offline bundle by itself (the checkout's .whl/ or /tmp/whl), builds
+# .venv-gpu from it once, checks it, runs.
 # Then the same command again: the env is reused (its set-up takes seconds). Logs under $OUT.
 #   bash scripts/device/example_as_user.sh [BUDGET_S=560]
 # (the GPU args: the bundle strips sglang-kernel's FA3 part and flashinfer would JIT-compile -- docs/offline_bundle.md)
@@ -18,7 +19,7 @@ T0=$(date +%s)
 STEPS=${STEPS:-4} timeout "$BUDGET" bash examples/run_qwen3_lora_fsdp.sh "${GPU_ARGS[@]}" > "$LOGDIR/example_fsdp.log" 2>&1
 RC=$?
 echo "== example rc=$RC wall=$(( $(date +%s) - T0 ))s"
-grep -E "^verl-sglang-lora|gpu_env|\[set-up\]|set-up" "$LOGDIR/example_fsdp.log" | head -20
+grep -E "^(verl-sglang-lora|gpu_env)" "$LOGDIR/example_fsdp.log" | head -20
 python3 scripts/device/step_table.py "$LOGDIR/example_fsdp.log"
 grep -E "sglang_lora: adapter .* active|RESIDENT|Traceback|Error" "$LOGDIR/example_fsdp.log" | grep -v "UserWarning\|warnings.warn" | tail -12
 T1=$(date +%s)

@@ -261,7 +261,8 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
                           "carry every batch and SHA256SUMS (docs/offline_bundle.md, Build here, carry, install "
                           "there), or VSL_BUNDLE=none to install from the package index",
                           argv=["bash", str(INSTALL_SH), str(src), str(target)],
-                          env={"PYTHON": base.get("parent") or base_py},  # the venv's pip where the interpreter has none
+                          # the venv's pip where the interpreter under it has none
+                          env={"PYTHON": base.get("parent") or base_py},
                           note="checks sha256, then pip --no-index --no-deps; about a minute"))
         steps.append(Step(f"put {target} on the env's path (a .pth file: no PYTHONPATH needed)",
                           f"check that {site} is writable",
@@ -345,7 +346,6 @@ def setup(args: argparse.Namespace) -> str:
 
     env = Path(args.env or os.environ.get("VSL_GPU_ENV") or REPO / ".venv-gpu").absolute()
     base = probe(args.base_python)
-    parent: dict | None = None
     if base["venv"] and base.get("base_executable") not in (None, base["executable"]):
         # venv makes the env from the interpreter under a venv; the venv's own packages (on the H200 host: its CUDA
         # torch, /opt/torch/.venv) stay visible through a .pth file, behind the env's and the bundle's

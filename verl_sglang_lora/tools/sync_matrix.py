@@ -241,7 +241,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             loader_ms = result["total_ns"] / 1e6
             into.phase(build_ms=(t1 - t0) * 1e3, build_sync_ms=call.build_ms["sync"],
                        build_serialize_ms=call.build_ms["serialize"], round_trip_ms=round_trip, inbound_ms=inbound,
-                       loader_ms=loader_ms, loader_copy_ms=result["copy_ns"] / 1e6, loader_verify_ms=result["verify_ns"] / 1e6,
+                       loader_ms=loader_ms, loader_copy_ms=result["copy_ns"] / 1e6,
+                       loader_verify_ms=result["verify_ns"] / 1e6,
                        outbound_ms=round_trip - inbound - loader_ms, check_ms=(t_checked - t_back) * 1e3)
         return (t_checked - t0) * 1e3
 

@@ -55,7 +55,8 @@ class ResidentRequests:
     def _pair(self, op: str, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
         """The op's status/message pair, made once and kept alive across calls (the loader may hold it: reply
         channel). Made only when missing: a write that launches no kernel has nothing for its stream sync to wait on
-        (on the H200 the sync behind a fresh pair's three tiny kernels took 2.3 ms while SGLang's process held the GPU)."""
+        (on the H200 the sync behind a fresh pair's three tiny kernels took 2.3 ms while SGLang's process held the
+        GPU)."""
         pair = self._status.get((op, slot))
         if pair is None:
             pair = self._status[(op, slot)] = (P.new_status(self.device), P.new_message(4096, self.device))
