@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -199,6 +200,23 @@ def test_the_bundle_carries_no_torch_so_a_host_without_the_tested_one_is_refused
     host = Host(tmp_path, **probe)
     last = one_failure(host.run(VSL_BUNDLE=str(bundle(tmp_path / "whl", WHEELS))))
     assert "choose torch failed" in last and words in last and "VSL_SKIP_SETUP=1" in last
+    assert host.calls() == [] and not host.env.exists()
+
+
+@pytest.mark.parametrize("layout, words", [
+    ({"site": ["/nonexistent/site-packages"], "pip": True}, "names no existing site-packages"),
+    ({"pip": False}, "has pip"),
+])
+def test_a_venv_python_the_env_cannot_be_layered_over_is_refused_before_anything_is_built(tmp_path, layout,
+                                                                                          words) -> None:
+    under = tmp_path / "python3-under"  # the interpreter under the venv (answers the same stand-in probe)
+    under.write_text(FAKE)
+    under.chmod(0o755)
+    site = tmp_path / "venv-site"
+    site.mkdir()
+    host = Host(tmp_path, venv=True, base_executable=str(under), **{"site": [str(site)], **layout})
+    last = one_failure(host.run(VSL_BUNDLE=str(bundle(tmp_path / "whl", WHEELS))))
+    assert words in last and "VSL_SKIP_SETUP=1" in last
     assert host.calls() == [] and not host.env.exists()
 
 
@@ -402,6 +420,12 @@ def test_a_python_that_is_a_venv_layers_the_env_over_it_so_its_torch_is_seen(tmp
     torch_file, verl_file = where.stdout.split()
     assert torch_file.startswith(sys.prefix)  # the venv's torch, through the .pth
     assert verl_file.startswith(str(env / gpu_env.BUNDLE_SITE))  # the bundle ahead of the venv's own verl
-    assert json.loads((env / gpu_env.STAMP).read_text())["parent_venv"] == sys.executable
+    assert json.loads((env / gpu_env.STAMP).read_text())["parent_venv"] == sys.prefix  # however python is spelled
+    # the venv's own .pth files run in the env too (addsitedir, not a bare path): this suite's venv has one
+    parent_pth = Path(sysconfig.get_paths()["purelib"]) / "_vsl_cpu_shim.pth"
+    if parent_pth.exists():
+        ran = subprocess.run([env_python, "-c", "import sys; print('_vsl_cpu_shim' in sys.modules)"],
+                             capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+        assert ran.stdout.strip() == "True", ran.stderr
     again = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "reusing" in again.stderr, again.stderr

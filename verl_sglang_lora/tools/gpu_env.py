@@ -57,6 +57,7 @@ PROBE = ("import json, sys, importlib.metadata as m, importlib.util as u\n"
          "print(json.dumps({'version': '%d.%d.%d' % sys.version_info[:3], 'tag': 'cp%d%d' % sys.version_info[:2],"
          " 'executable': sys.executable, 'torch': t, 'venv': sys.prefix != sys.base_prefix,"
          " 'base_executable': getattr(sys, '_base_executable', sys.executable),"
+         " 'prefix': sys.prefix,"
          " 'site': sorted({__import__('sysconfig').get_paths()[k] for k in ('purelib', 'platlib')}),"
          " 'pip': u.find_spec('pip') is not None}))")
 PARENT_PTH = "vsl-parent-venv.pth"  # the site-packages of the venv the env is layered over (e.g. the host's torch)
@@ -100,7 +101,7 @@ def probe(python: str) -> dict:
 
 def wanted_stamp(constraints: Path, base: dict) -> dict:
     return {"constraints": constraints.name, "constraints_sha256": sha256(constraints),
-            "python": base["version"], "base_python": base["executable"], "parent_venv": base.get("parent")}
+            "python": base["version"], "base_python": base["executable"], "parent_venv": base.get("parent_prefix")}
 
 
 def stamp_verdict(env: Path, want: dict) -> tuple[bool, str]:
@@ -241,9 +242,14 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
     parent_site = base.get("parent_site") or []
     layer = Step(f"let the env see {base.get('parent')}'s packages behind its own ({PARENT_PTH})",
                  f"check that {site} is writable",
-                 action=lambda: (site.mkdir(parents=True, exist_ok=True),
-                                 (site / PARENT_PTH).write_text("".join(f"{d}\n" for d in parent_site))))
+                 # addsitedir, not a bare path: the venv's own .pth files (editable installs, ...) run too
+                 action=lambda: (site.mkdir(parents=True, exist_ok=True), (site / PARENT_PTH).write_text(
+                     "".join(f"import site; site.addsitedir({d!r})\n" for d in parent_site))))
     if bundle is not None:
+        if base.get("parent") and not base.get("pip_python"):
+            raise SetupError("install the offline bundle", f"neither {base['parent']} nor {base_py} has pip",
+                             f"{base_py} -m ensurepip (or pip installed into the venv), or VSL_SKIP_SETUP=1 with your "
+                             "own env")
         # no pip in the env: install.sh runs the host python's pip with --target, then a .pth puts that target
         # ahead of the host's site-packages (its transformers / tokenizers are shadowed, its torch is used)
         steps.append(Step("create the env", venv_fix, argv=[base_py, "-m", "venv", "--system-site-packages",
@@ -261,8 +267,7 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
                           "carry every batch and SHA256SUMS (docs/offline_bundle.md, Build here, carry, install "
                           "there), or VSL_BUNDLE=none to install from the package index",
                           argv=["bash", str(INSTALL_SH), str(src), str(target)],
-                          # the venv's pip where the interpreter under it has none
-                          env={"PYTHON": base.get("parent") or base_py},
+                          env={"PYTHON": base.get("pip_python") or base_py},
                           note="checks sha256, then pip --no-index --no-deps; about a minute"))
         steps.append(Step(f"put {target} on the env's path (a .pth file: no PYTHONPATH needed)",
                           f"check that {site} is writable",
@@ -353,8 +358,14 @@ def setup(args: argparse.Namespace) -> str:
         say(f"{parent['executable']} is a venv: the env is made from its interpreter {parent['base_executable']} and "
             f"sees this venv's packages too ({PARENT_PTH})")
         under = probe(parent["base_executable"])
+        site_dirs = [d for d in parent.get("site") or [] if os.path.isdir(d)]
+        if not site_dirs:
+            raise SetupError("layer the env over the venv", f"{parent['executable']} names no existing site-packages "
+                             f"({parent.get('site')})", "PYTHON=a python whose packages are where it says, or "
+                             "VSL_SKIP_SETUP=1 with your own env")
+        pip_python = next((p["executable"] for p in (parent, under) if p.get("pip")), None)
         base = {**under, "torch": parent.get("torch") or under.get("torch"), "parent": parent["executable"],
-                "parent_site": parent.get("site") or []}
+                "parent_prefix": parent.get("prefix"), "parent_site": site_dirs, "pip_python": pip_python}
     stamp = wanted_stamp(constraints, base)
     reuse, why = stamp_verdict(env, stamp)
     if reuse and not args.rebuild:
