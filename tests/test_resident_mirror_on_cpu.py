@@ -4,6 +4,7 @@ be ambiguous or partial (each with its reason)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from verl_sglang_lora.runtime.resident.mirror import Mirror, flat_checksum
@@ -100,3 +101,21 @@ def test_zero_blocks_are_checked_to_hold_zero_bytes() -> None:
     assert mirror.checksum() == flat_checksum(flat) and mirror.zero_blocks_clean()
     pool[10, 3] = -0.0
     assert not mirror.zero_blocks_clean()
+
+
+def _reference_checksum(data: bytes) -> tuple[int, int]:
+    """The definition, in Python integers: int64 words (little-endian), then the tail's bytes, positions from 1,
+    both sums wrapped to int64."""
+    n = len(data) // 8
+    values = [int.from_bytes(data[8 * i:8 * i + 8], "little", signed=True) for i in range(n)] + list(data[8 * n:])
+    wrap = lambda x: (x + 2**63) % 2**64 - 2**63  # noqa: E731
+    return wrap(sum(values)), wrap(sum(i * v for i, v in enumerate(values, 1)))
+
+
+@pytest.mark.parametrize("size", [0, 5, 8, 8 * 4096, 8 * 4096 * 3 + 8 * 17 + 3, 8 * 4095 + 7])
+def test_flat_checksum_equals_its_definition_across_row_boundaries_and_wraparound(size) -> None:
+    """The two-reduction form (row and column sums) against the plain definition, on random bytes whose words are
+    large enough that every sum wraps past 2**63."""
+    gen = torch.Generator().manual_seed(size)
+    buf = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=gen)
+    assert flat_checksum(buf) == _reference_checksum(bytes(buf.tolist()))

@@ -34,22 +34,35 @@ def _weights(n: int, device: torch.device) -> torch.Tensor:
     return _WEIGHTS[key]
 
 
+_ROW = 4096  # words per row of the checksum's 2-D view of the buffer
+
+
 def flat_checksum(buf: torch.Tensor) -> tuple[int, int]:
-    """(sum, position-weighted sum) of a contiguous byte buffer read as int64 words (a short tail as bytes).
+    """(sum, position-weighted sum) of a contiguous byte buffer read as int64 words (a short tail as bytes; positions
+    count from 1).
 
     Integer sums wrap mod 2**64 in any order, so the trainer's and the scheduler's kernels agree exactly; the
-    weighted sum sees a moved or swapped block that the plain sum does not.
+    weighted sum sees a moved or swapped block that the plain sum does not. The weighted sum is taken without a
+    buffer-sized product: with the words as rows of ``_ROW``, position(b, j) = b * _ROW + j + 1, so
+    sum(position * w) = _ROW * sum_b b * rowsum_b + sum_j (j + 1) * colsum_j (mod 2**64) -- two reductions that read
+    the buffer once each.
     """
     if buf.dtype != torch.uint8 or buf.dim() != 1 or not buf.is_contiguous():
         raise ValueError(f"flat_checksum needs a contiguous 1-D uint8 buffer, got {buf.dtype}{tuple(buf.shape)}")
     n_words = buf.numel() // 8
+    rows = n_words // _ROW
     words = buf[: n_words * 8].view(torch.int64)
-    tail = buf[n_words * 8:].to(torch.int64)
-    weights = _weights(n_words + tail.numel(), buf.device)
-    sums = torch.stack([words.sum() + tail.sum(),
-                        (words * weights[:n_words]).sum() + (tail * weights[n_words:]).sum()])
-    s0, s1 = sums.tolist()
-    return int(s0), int(s1)
+    rest = torch.cat([words[rows * _ROW:], buf[n_words * 8:].to(torch.int64)])  # < _ROW + 8 elements
+    rest_weights = _weights(rest.numel(), buf.device) + rows * _ROW
+    s0, s1 = rest.sum(), (rest * rest_weights).sum()
+    if rows:
+        block = words[: rows * _ROW].view(rows, _ROW)
+        row_sums, col_sums = block.sum(1), block.sum(0)
+        s0 = s0 + row_sums.sum()
+        s1 = s1 + _ROW * ((row_sums * _weights(rows, buf.device)).sum() - row_sums.sum()) \
+            + (col_sums * _weights(_ROW, buf.device)).sum()
+    a, b = torch.stack([s0, s1]).tolist()
+    return int(a), int(b)
 
 
 @dataclass
