@@ -93,7 +93,7 @@ def _trainer_sum(req: P.Request) -> Optional[tuple[int, int]]:
 def _copy(pairs: list[CopyPair], checksum: bool, state: Optional[SlotState] = None,
           trainer_sum: Optional[tuple[int, int]] = None) -> dict[int, int]:
     """Run the copies; with ``checksum``, verify the slot: against the trainer's own checksum through the mirror
-    when there is one (two fused kernels and a reduction), else source vs slot pair by pair."""
+    when there is one (a fused read-back and two reductions), else source vs slot pair by pair."""
     t0 = time.perf_counter_ns()
     n = run_copies(pairs)
     _sync(pairs)

@@ -1,4 +1,4 @@
-"""Verify an in-place write against the trainer's own checksum in two fused kernels and one reduction.
+"""Verify an in-place write against the trainer's own checksum: one fused read-back copy and two reductions.
 
 The trainer's adapter lives in one flat byte buffer (``runtime/sync/flat_adapter``; padding between tensors is
 zero). A ``Mirror`` is a zeroed buffer of the same size plus, for every copy pair, a view into it with the
