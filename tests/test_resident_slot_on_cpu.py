@@ -123,6 +123,10 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
     else:
         assert attach["verified_by"] == write["verified_by"] == 1 and stale["ok"]
     assert write["scaling"] == 2.0 and write["lora_r"] == rank  # selfcheck's alpha is 2r
+    # a normal load proven byte for byte against the tensors it came from (this rank's slice); refused against others
+    verified, wrong = c["verify_status"], c["verify_wrong_status"]
+    assert verified["ok"] and verified["copies"] == 28 and verified["src_checksum"] == verified["dst_checksum"]
+    assert not wrong["ok"] and wrong["error"] == 12 and "other bytes for 'reference'" in c["verify_wrong_message"]
     assert not c["unknown_slot_status"]["ok"] and c["unknown_slot_status"]["error"] == 4
     assert c["unpinned_status"]["error"] == 10 and "not pinned" in c["unpinned_message"]
     # an empty header where the attach handed over no reply channel is not run: the slot keeps version 2's bytes

@@ -26,7 +26,8 @@ host-to-device copies of the same bytes) and the loader request (``loader_reques
 write is sent -- empty header, answer on the reply channel -- which copies nothing: what SGLang's
 ``update_weights_from_tensor`` path costs by itself, with the weight-update session around it on SGLang >= 0.5.23).
 Correctness: the written slot byte-compared with SGLang's own load of the
-same adapter, and the log-probs served through it against that load's and the base model's.
+same adapter, and the log-probs served through it against that load's and the base model's; the last versioned and
+disk loads verified in the pool against the tensors they came from (the loader's ``verify``).
 """
 
 from __future__ import annotations
@@ -329,6 +330,12 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     guard(request_floor, pings)
     floors = copy_floors(flat.flat, iters)
     correct = check_slot(bench, requests, served["slot"], load_tensors, loader)
+    loads_proven: dict[str, PathTimes] = {}  # the last versioned and disk loads, byte for byte against their tensors
+    for path in ("versioned", "disk"):
+        if prev[path]:
+            loads_proven[path] = PathTimes()
+            guard(loads_proven[path], lambda path=path: loader(
+                [requests.call("verify", prev[path], flat.tensors, allow_unpinned=1)]))
     for name in [*SLOTS, prev["versioned"], prev["disk"]]:
         if name:
             guard(PathTimes(), lambda name=name: unload(name))
@@ -336,6 +343,9 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     for path in PATHS:
         row = {"rank": rank, "path": path, "bytes": nbytes, "tensors": len(flat.entries), **times[path].row(control_ms, nbytes)}
         row["correct"] = correct["ok"] if path == "inplace" else None
+        if path in loads_proven:  # SGLang's own load of the last version, verified in the pool (loader op=verify)
+            row["correct"] = loads_proven[path].error is None
+            row["correct_detail"] = loads_proven[path].error or "pool bytes == the tensors sent (op=verify)"
         rows.append(row)
     rows.append({"rank": rank, "path": "loader_request_floor", "bytes": 0, **request_floor.row(control_ms, 1),
                  "first_request_ms": None, "first_batch_penalty_ms": None, "GBps": None, "correct": None})

@@ -21,6 +21,9 @@ Ops (``op=`` in the header name):
            SGLang loaded the normal way); the mismatch list goes to the message tensor.
   checksum slot=<lora_name>: checksum of the slot over the attached plan.
   detach   slot=<lora_name>: forget the attached binding.
+  verify   slot=<lora_name> [allow_unpinned=1] + adapter tensors: the bytes SGLang's own load put in the pool for
+           any loaded adapter (made resident first) against those tensors, on this rank's slice: a versioned or disk
+           load proven byte for byte, as a write is.
   ping     slot=<lora_name>: nothing but the answer (with an empty header: on the slot's reply channel) -- the
            fixed cost of a loader request through SGLang, which the benchmark sets beside the write.
 """
@@ -172,6 +175,8 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
         if mismatches and req.get("fail_on_mismatch", "1") == "1":
             raise ResidentError(14, text)
         return fields, text
+    if req.op == "verify":
+        return _verify(manager, uid, slot, req, fields)
     if state is not None and state.buffer_id != slot:
         raise ResidentError(9, f"slot {uid} moved from pool index {state.buffer_id} to {slot}")
     if req.op == "attach":
@@ -206,6 +211,21 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
     if state is not None:
         state.version = fields[P.VERSION]
     return fields, "written"
+
+
+def _verify(manager: Any, uid: str, slot: int, req: P.Request, fields: dict[int, int]) -> tuple[dict[int, int], str]:
+    """SGLang's own load of ``uid`` against the tensors it was loaded from (traced for this rank, checksummed both
+    sides in plan order)."""
+    if not req.tensors:
+        raise ResidentError(1, "op=verify carries the adapter tensors the loaded adapter must hold")
+    pairs = bind(_layout_for(manager, uid, req.tensors, None), manager.memory_pool, slot, req.tensors)
+    src, dst = pair_checksums(pairs)
+    fields.update({P.SRC0: src[0], P.SRC1: src[1], P.DST0: dst[0], P.DST1: dst[1], P.N_COPIES: len(pairs),
+                   P.VERIFIED_BY: P.BY_SOURCE})
+    if src != dst:
+        raise ResidentError(12, f"the pool holds other bytes for {req.get('slot')!r} than the tensors sent: slot "
+                                f"checksum {dst} != source {src}")
+    return fields, f"verified {len(pairs)} blocks against the tensors sent"
 
 
 def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

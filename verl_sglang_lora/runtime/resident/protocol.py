@@ -40,7 +40,7 @@ REPLY_STATUS_NAME = f"{PREFIX}|reply_status"
 REPLY_MESSAGE_NAME = f"{PREFIX}|reply_message"
 MAGIC = 0x56534C52  # "VSLR"
 STATUS_LEN = 24
-OPS = ("attach", "write", "compare", "checksum", "detach", "ping")
+OPS = ("attach", "write", "compare", "checksum", "detach", "ping", "verify")
 
 # status slots
 (MAGIC_I, STATE, ERROR, VERSION, BUFFER_ID, N_COPIES, SRC0, SRC1, DST0, DST1, MISMATCHES, COPY_NS, TOTAL_NS, SEQ,

@@ -313,6 +313,14 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
                                                     ref="reference"))
         out["compare_status"] = P.read_status(status)
         out["compare_message"] = P.read_message(message)
+        # a normal (unpinned) load proven against the tensors it came from, on this rank's slice; and against others
+        apply(manager.base_model, P.request_tensors("verify", status, newer, message, slot="reference",
+                                                    allow_unpinned=1))
+        out["verify_status"] = P.read_status(status)
+        apply(manager.base_model, P.request_tensors("verify", status, new, message, slot="reference",
+                                                    allow_unpinned=1))
+        out["verify_wrong_status"] = P.read_status(status)
+        out["verify_wrong_message"] = P.read_message(message)
         apply(manager.base_model, P.request_tensors("write", status, None, message, slot="no_such_slot", version=3))
         out["unknown_slot_status"] = P.read_status(status)
         apply(manager.base_model, P.request_tensors("write", status, None, message, slot="reference", version=3))
