@@ -235,28 +235,27 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
     steps = []
     if env.exists():
         steps.append(Step(f"remove the old env {env}", f"remove {env} by hand", action=lambda: shutil.rmtree(env)))
-    mark = Step("mark the env as being built", f"check that {env.parent} is writable",
-                action=lambda: (env.mkdir(parents=True, exist_ok=True), (env / PARTIAL).write_text("")))
     venv_fix = (f"make {base_py} able to create venvs (Debian/Ubuntu: apt-get install python3-venv), or "
                 "PYTHON=another python, or VSL_SKIP_SETUP=1 with your own env")
+    if bundle is not None and base.get("parent") and not base.get("pip_python"):
+        raise SetupError("install the offline bundle", f"neither {base['parent']} nor {base_py} has pip",
+                         f"{base_py} -m ensurepip (or pip installed into the venv), or VSL_SKIP_SETUP=1 with your "
+                         "own env")
+    # with the bundle no pip in the env: install.sh runs the host python's pip with --target, then a .pth puts that
+    # target ahead of the host's site-packages (its transformers / tokenizers are shadowed, its torch is used)
+    without_pip = ["--without-pip"] if bundle is not None else []
+    steps.append(Step("create the env", venv_fix,
+                      argv=[base_py, "-m", "venv", "--system-site-packages", *without_pip, str(env)]))
+    steps.append(Step("mark the env as being built", f"check that {env.parent} is writable",
+                      action=lambda: (env.mkdir(parents=True, exist_ok=True), (env / PARTIAL).write_text(""))))
     parent_site = base.get("parent_site") or []
-    layer = Step(f"let the env see {base.get('parent')}'s packages behind its own ({PARENT_PTH})",
-                 f"check that {site} is writable",
-                 # addsitedir, not a bare path: the venv's own .pth files (editable installs, ...) run too
-                 action=lambda: (site.mkdir(parents=True, exist_ok=True), (site / PARENT_PTH).write_text(
-                     "".join(f"import site; site.addsitedir({d!r})\n" for d in parent_site))))
+    if parent_site:
+        steps.append(Step(f"let the env see {base['parent']}'s packages behind its own ({PARENT_PTH})",
+                          f"check that {site} is writable",
+                          # addsitedir, not a bare path: the venv's own .pth files (editable installs, ...) run too
+                          action=lambda: (site.mkdir(parents=True, exist_ok=True), (site / PARENT_PTH).write_text(
+                              "".join(f"import site; site.addsitedir({d!r})\n" for d in parent_site)))))
     if bundle is not None:
-        if base.get("parent") and not base.get("pip_python"):
-            raise SetupError("install the offline bundle", f"neither {base['parent']} nor {base_py} has pip",
-                             f"{base_py} -m ensurepip (or pip installed into the venv), or VSL_SKIP_SETUP=1 with your "
-                             "own env")
-        # no pip in the env: install.sh runs the host python's pip with --target, then a .pth puts that target
-        # ahead of the host's site-packages (its transformers / tokenizers are shadowed, its torch is used)
-        steps.append(Step("create the env", venv_fix, argv=[base_py, "-m", "venv", "--system-site-packages",
-                                                              "--without-pip", str(env)]))
-        steps.append(mark)
-        if parent_site:
-            steps.append(layer)
         src = bundle.dirs[0]
         if len(bundle.dirs) > 1:
             src = env / ".bundle"
@@ -276,10 +275,6 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
         if len(bundle.dirs) > 1:
             steps.append(Step(f"remove {src}", f"remove {src} by hand", action=lambda: shutil.rmtree(src)))
     else:
-        steps.append(Step("create the env", venv_fix, argv=[base_py, "-m", "venv", "--system-site-packages", str(env)]))
-        steps.append(mark)
-        if parent_site:
-            steps.append(layer)
         net_fix = ("check the network / pip's index settings (pip config list), or on an air-gapped host give "
                    "the offline bundle: VSL_BUNDLE=DIR (docs/offline_bundle.md)")
         # README, Install: the gpu extra with the constraints, then SGLang and its kernels without their deps

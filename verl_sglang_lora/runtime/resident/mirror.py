@@ -58,8 +58,9 @@ def flat_checksum(buf: torch.Tensor) -> tuple[int, int]:
     if rows:
         block = words[: rows * _ROW].view(rows, _ROW)
         row_sums, col_sums = block.sum(1), block.sum(0)
-        s0 = s0 + row_sums.sum()
-        s1 = s1 + _ROW * ((row_sums * _weights(rows, buf.device)).sum() - row_sums.sum()) \
+        total = row_sums.sum()
+        s0 = s0 + total
+        s1 = s1 + _ROW * ((row_sums * _weights(rows, buf.device)).sum() - total) \
             + (col_sums * _weights(_ROW, buf.device)).sum()
     a, b = torch.stack([s0, s1]).tolist()
     return int(a), int(b)

@@ -62,6 +62,10 @@ class ResidentRequests:
             pair = self._status[(op, slot)] = (P.new_status(self.device), P.new_message(4096, self.device))
         return pair
 
+    def _channel(self, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The slot's reply channel: its write pair, which the attach hands over and later answers arrive in."""
+        return self._pair("write", slot)
+
     def call(self, op: str, slot: str, adapter: dict[str, torch.Tensor] | None = None,
              flat: torch.Tensor | None = None, on_reply_channel: bool = False, **fields: Any) -> LoaderCall:
         """One loader op. ``on_reply_channel``: the header is empty and the loader answers on the pair this
@@ -71,13 +75,13 @@ class ResidentRequests:
 
         self.seq += 1
         if on_reply_channel:
-            status, message = self._pair("write", slot)
+            status, message = self._channel(slot)
             named = P.request_tensors(op, self._empty, slot=slot, seq=self.seq, **fields)
         else:
             status, message = self._pair(op, slot)
             status.zero_()
             message.zero_()
-            reply = self._pair("write", slot) if op == "attach" else None
+            reply = self._channel(slot) if op == "attach" else None
             named = P.request_tensors(op, status, adapter, message, flat, reply, slot=slot, seq=self.seq, **fields)
         t0 = time.perf_counter()
         if self.device.type == "cuda":
