@@ -37,7 +37,7 @@ if not os.path.exists(path) or hashlib.sha256(open(path, "rb").read()).hexdigest
 print(fname, os.path.getsize(path), "bytes, sha256 matches the index")
 PY
 
-rm -rf "$DEST"/all/* "$DEST"/m[0-9]*
+rm -rf "$DEST"/all/*
 tmp=$(mktemp -d)
 (cd "$tmp" && unzip -q "$DEST"/raw/nvidia_cudnn_frontend-*.whl 'cudnn/include/*' 'nvidia/cudnn_frontend/include/*' 2>/dev/null || \
     unzip -q "$DEST"/raw/nvidia_cudnn_frontend-*.whl)
@@ -56,23 +56,4 @@ for f in "$DEST"/raw/*; do
         cp "$f" "$DEST/all/"
     fi
 done
-# first-fit decreasing into batches of at most LIMIT_MIB
-"$PY" - "$DEST" "$limit" <<'EOF'
-import os, sys
-dest, limit = sys.argv[1], int(sys.argv[2])
-src = os.path.join(dest, "all")
-items = sorted(((os.path.getsize(os.path.join(src, f)), f) for f in os.listdir(src)), reverse=True)
-bins = []
-for size, f in items:
-    for b in bins:
-        if b[0] + size <= limit:
-            b[0] += size; b[1].append(f); break
-    else:
-        bins.append([size, [f]])
-for i, (used, files) in enumerate(bins):
-    d = os.path.join(dest, f"m{i}")
-    os.makedirs(d)
-    for f in files:
-        os.link(os.path.join(src, f), os.path.join(d, f))
-    print(f"m{i}: {used / 2**20:5.1f} MiB  {' '.join(sorted(files))}")
-EOF
+BATCH_PREFIX=m DEVICE_DIR=/tmp/mcore bash "$ROOT/scripts/offline_bundle/carry_plan.sh" "$DEST/all" "$LIMIT_MIB"

@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
-# Group the bundle's parts (.whl/parts, from build.py) into batch folders .whl/b0, .whl/b1, ...
+# Group the files of a parts folder (.whl/parts, from build.py) into batch folders .whl/b0, .whl/b1, ...
 # of at most LIMIT_MIB each (default 60; the device tool carries 64 MiB per call, repo included),
 # first-fit decreasing, and print the device calls that carry them one after another.
 #
 #   bash scripts/offline_bundle/carry_plan.sh [PARTS=.whl/parts] [LIMIT_MIB=60]
+#   BATCH_PREFIX=m DEVICE_DIR=/tmp/mcore bash scripts/offline_bundle/carry_plan.sh .whl/mcore/all 58
 #
-# Every call carries one batch and copies it into /tmp/whl (the machine keeps /tmp while warm,
-# i.e. while the calls follow each other within ~30 s); the last call runs install.sh.
+# Batches are written beside PARTS, named BATCH_PREFIX0, BATCH_PREFIX1, ... (default b). Every call carries one
+# batch and copies it into DEVICE_DIR (default /tmp/whl; the machine keeps /tmp while warm, i.e. while the calls
+# follow each other within ~30 s). Where PARTS has a SHA256SUMS (the wheel bundle), it rides in the last batch,
+# whose call runs install.sh.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PARTS=${1:-$ROOT/.whl/parts}
 LIMIT_MIB=${2:-60}
-python3 - "$PARTS" "$LIMIT_MIB" "$ROOT" <<'PY'
+python3 - "$PARTS" "$LIMIT_MIB" "$ROOT" "${BATCH_PREFIX:-b}" "${DEVICE_DIR:-/tmp/whl}" <<'PY'
 import os, shutil, sys
-parts, limit_mib, root = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+parts, limit_mib, root, prefix, device_dir = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 limit = int(limit_mib * 2**20)
 base = os.path.dirname(os.path.abspath(parts))
 for d in os.listdir(base):
-    if d.startswith("b") and d[1:].isdigit():
+    if d.startswith(prefix) and d[len(prefix):].isdigit():
         shutil.rmtree(os.path.join(base, d))
 items = sorted(((os.path.getsize(os.path.join(parts, f)), f) for f in os.listdir(parts) if f != "SHA256SUMS"),
                reverse=True)
@@ -30,9 +33,11 @@ for size, f in items:
             b[0] += size; b[1].append(f); break
     else:
         bins.append([size, [f]])
-bins[-1][1].append("SHA256SUMS")  # the last batch carries the checksums install.sh needs
+sums = os.path.exists(os.path.join(parts, "SHA256SUMS"))
+if sums:
+    bins[-1][1].append("SHA256SUMS")  # the last batch carries the checksums install.sh needs
 for i, (used, files) in enumerate(bins):
-    d = os.path.join(base, f"b{i}")
+    d = os.path.join(base, f"{prefix}{i}")
     os.makedirs(d)
     for f in files:
         os.link(os.path.join(parts, f), os.path.join(d, f))
@@ -40,11 +45,12 @@ rel = os.path.relpath(base, root)
 total = sum(b[0] for b in bins)
 print(f"{len(bins)} batches, {total / 2**20:.1f} MiB in all:")
 for i, (used, files) in enumerate(bins):
-    print(f"  {rel}/b{i}: {used / 2**20:5.1f} MiB, {len(files)} files")
+    print(f"  {rel}/{prefix}{i}: {used / 2**20:5.1f} MiB, {len(files)} files")
 print("\ndevice calls, in order (each within ~30 s of the last, so the machine stays warm):")
 for i in range(len(bins)):
-    cmd = f"mkdir -p /tmp/whl && cp -al {rel}/b{i}/. /tmp/whl/ 2>/dev/null || cp -a {rel}/b{i}/. /tmp/whl/"
-    if i == len(bins) - 1:
-        cmd += " && bash scripts/offline_bundle/install.sh /tmp/whl /tmp/site && export PYTHONPATH=/tmp/site && ..."
-    print(f'  run(carry=["{rel}/b{i}"], command="{cmd}")')
+    src = f"{rel}/{prefix}{i}"
+    cmd = f"mkdir -p {device_dir} && cp -al {src}/. {device_dir}/ 2>/dev/null || cp -a {src}/. {device_dir}/"
+    if sums and i == len(bins) - 1:
+        cmd += f" && bash scripts/offline_bundle/install.sh {device_dir} /tmp/site && export PYTHONPATH=/tmp/site && ..."
+    print(f'  run(carry=["{src}"], command="{cmd}")')
 PY
