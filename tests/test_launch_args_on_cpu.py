@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -144,9 +145,10 @@ def _run_sglang_deprecated_args_check(port: int):
     return ns
 
 
-def test_benchmark_server_pins_the_grpc_port_sglang_would_derive_out_of_range(monkeypatch):
-    """The H200 benchmark launch on port 58989 failed in SGLang's check; the pinned gRPC port passes it."""
-    from verl_sglang_lora.tools.sglang_launcher import free_ports, launch_env
+def test_server_ports_pass_sglangs_grpc_check_without_the_variable(monkeypatch):
+    """The H200 benchmark launch on port 58989 failed 0.5.12's derived-gRPC-port check; the plugin's ports pass it
+    with SGLANG_GRPC_PORT unset (setting it would start 0.5.23's native gRPC server)."""
+    from verl_sglang_lora.sglang_contract.ports import GRPC_PORT_OFFSET, server_port
 
     monkeypatch.delenv("SGLANG_GRPC_PORT", raising=False)
     probe = _run_sglang_deprecated_args_check(30000)
@@ -154,10 +156,19 @@ def test_benchmark_server_pins_the_grpc_port_sglang_would_derive_out_of_range(mo
         pytest.skip("this SGLang derives no gRPC port")
     with pytest.raises(ValueError, match="SGLANG_GRPC_PORT"):
         _run_sglang_deprecated_args_check(58989)
-    port, grpc = free_ports(2)
-    assert port != grpc
-    env = launch_env(grpc, base={})
-    monkeypatch.setenv("SGLANG_GRPC_PORT", env["SGLANG_GRPC_PORT"])
-    assert _run_sglang_deprecated_args_check(58989).grpc_port == grpc
-    # a port the user pinned is kept
-    assert launch_env(grpc, base={"SGLANG_GRPC_PORT": "51000"})["SGLANG_GRPC_PORT"] == "51000"
+    for _ in range(20):
+        port = server_port()
+        assert _run_sglang_deprecated_args_check(port).grpc_port == port + GRPC_PORT_OFFSET
+
+
+def test_benchmark_server_leaves_the_grpc_variable_to_the_user(monkeypatch):
+    import subprocess
+
+    from verl_sglang_lora.tools import sglang_launcher
+
+    seen = {}
+    monkeypatch.setattr(subprocess, "Popen", lambda cmd, env=None: seen.update(cmd=cmd, env=env))
+    monkeypatch.delenv("SGLANG_GRPC_PORT", raising=False)
+    proc = sglang_launcher.SGLangProcess("m", {"enable_lora": True}, mem_fraction=0.5)
+    assert seen["env"] is None and "SGLANG_GRPC_PORT" not in os.environ  # inherits the caller's env untouched
+    assert seen["cmd"][seen["cmd"].index("--port") + 1] == str(proc.port) and proc.port + 10000 <= 65535

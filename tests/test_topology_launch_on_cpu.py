@@ -194,9 +194,9 @@ def test_frozen_engine_server_args_and_command_line(tiny_qwen3, tmp_path):
     assert cmd[:3] == [sys.executable, "-m", "verl_sglang_lora.topology.serve"] and json.loads(cmd[3]) == args
     wrapped = guarded_command(cmd)
     assert wrapped[1:5] == ["-m", "verl_sglang_lora.topology.processes", str(os.getpid()), "--"] and wrapped[5:] == cmd
-    env = engine_env({"SGLANG_GRPC_PORT": "5"}, ["3"], 40000)
+    env = engine_env({"SGLANG_GRPC_PORT": "5"}, ["3"])
     assert env["CUDA_VISIBLE_DEVICES"] == "3" and env["SGLANG_GRPC_PORT"] == "5"  # a user's pin is kept
-    assert engine_env({}, ["1", "2"], 40000) == {"CUDA_VISIBLE_DEVICES": "1,2", "SGLANG_GRPC_PORT": "40000"}
+    assert engine_env({}, ["1", "2"]) == {"CUDA_VISIBLE_DEVICES": "1,2"}  # none added: 0.5.23 would start gRPC
 
 
 def test_router_command_and_its_absence(monkeypatch):

@@ -7,7 +7,7 @@
    and saves them as PEFT directories: the two initial slot adapters and the "next version" V.
 2. Launches ``python -m sglang.launch_server`` with ``--enable-lora --max-lora-rank R --lora-target-modules all
    --max-loras-per-batch 3 --custom-weight-loader verl_sglang_lora.runtime.resident.loader.apply
-   --disable-cuda-graph`` (``SGLANG_GRPC_PORT`` pinned to a free port; the repo root on PYTHONPATH so the
+   --disable-cuda-graph`` (a port from ``sglang_contract.ports``; the repo root on PYTHONPATH so the
    scheduler can import the loader).
 3. Loads ``verl_lora_slot0`` / ``verl_lora_slot1`` from disk with ``pinned=true``.
 4. Puts V in a persistent CUDA flat buffer in this process and attaches it to slot 1 through
@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -136,12 +135,6 @@ class FlatAdapter:
 
 
 # ---- server --------------------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http(url: str, body: Any = None, timeout: float = 600.0) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
@@ -160,7 +153,9 @@ def http(url: str, body: Any = None, timeout: float = 600.0) -> tuple[int, Any]:
 
 class Server:
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
-        self.port = args.port or free_port()
+        from verl_sglang_lora.sglang_contract.ports import server_port
+
+        self.port = args.port or server_port()  # its derived gRPC port valid too: no SGLANG_GRPC_PORT
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "server.log"
         max_rank = args.max_lora_rank or args.rank
@@ -171,7 +166,6 @@ class Server:
                # checkpoints written by tools.benchmarks carry no tokenizer: prompts go as token ids
                "--skip-tokenizer-init", "--skip-server-warmup", *args.server_arg]
         env = dict(os.environ)
-        env["SGLANG_GRPC_PORT"] = str(free_port())  # default port+10000 can exceed 65535
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         self.cmd = cmd
         self.log = open(self.log_path, "w")

@@ -48,13 +48,10 @@ def engine_server_args(spec: EngineSpec, port: int) -> dict[str, Any]:
     return args
 
 
-def engine_env(base: dict[str, str], devices: Sequence[str], grpc_port: int,
-               visible_key: str = "CUDA_VISIBLE_DEVICES") -> dict[str, str]:
+def engine_env(base: dict[str, str], devices: Sequence[str], visible_key: str = "CUDA_VISIBLE_DEVICES") -> dict[str, str]:
     """The engine's environment: exactly its own devices visible (the ids the Ray workers of those GPUs were given).
 
-    SGLang 0.5.12 derives its gRPC port as ``--port + 10000`` unless ``SGLANG_GRPC_PORT`` is set, and refuses a port
-    above 65535, so the variable is pinned off the HTTP port where the user did not pin it."""
+    ``SGLANG_GRPC_PORT`` is left as the user set it: the engine's port comes from ``sglang_contract.ports``."""
     env = dict(base)
     env[visible_key] = ",".join(devices)
-    env.setdefault("SGLANG_GRPC_PORT", str(grpc_port))
     return env

@@ -18,6 +18,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from verl_sglang_lora.topology.frozen import HOST, EngineSpec, engine_env, engine_server_args, frozen_engines
+from verl_sglang_lora.sglang_contract.ports import server_port
 from verl_sglang_lora.topology.processes import ChildProcess, free_port
 from verl_sglang_lora.topology.router import ROUTER_FIX, router_command, router_installed
 from verl_sglang_lora.topology.schema import SETTING, Topology
@@ -64,9 +65,9 @@ class TopologyHost:
         return started
 
     def _start(self, spec: EngineSpec) -> None:
-        port = free_port(HOST)
+        port = server_port(HOST)
         args = engine_server_args(spec, port)
-        env = engine_env(dict(os.environ), [self.devices[g] for g in spec.gpus], free_port(HOST), self.visible_key)
+        env = engine_env(dict(os.environ), [self.devices[g] for g in spec.gpus], self.visible_key)
         proc = ChildProcess(self.command(args), env, f"http://{HOST}:{port}")
         logger.warning("sglang_lora topology: %s on GPU(s) %s (devices %s), pid %d: ServerArgs %s", spec.key,
                        list(spec.gpus), env[self.visible_key], proc.pid, args)
