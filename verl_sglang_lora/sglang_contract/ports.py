@@ -17,13 +17,11 @@ LOWEST_PORT = 20000
 MAX_TRIES = 200
 
 
-def server_port(host: str = "127.0.0.1", taken: tuple[int, ...] = ()) -> int:
+def server_port(host: str = "127.0.0.1") -> int:
     """A port free on ``host`` now whose derived gRPC port (+10000) is free and valid too."""
     rng = random.SystemRandom()
     for _ in range(MAX_TRIES):
         port = rng.randint(LOWEST_PORT, MAX_PORT - GRPC_PORT_OFFSET)
-        if port in taken or port + GRPC_PORT_OFFSET in taken:
-            continue
         if _bindable(host, port) and _bindable(host, port + GRPC_PORT_OFFSET):
             return port
     raise RuntimeError(f"no free port in {LOWEST_PORT}-{MAX_PORT - GRPC_PORT_OFFSET} on {host} "

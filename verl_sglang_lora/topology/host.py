@@ -17,8 +17,8 @@ import logging
 import os
 from typing import Any, Callable, Sequence
 
-from verl_sglang_lora.topology.frozen import HOST, EngineSpec, engine_env, engine_server_args, frozen_engines
 from verl_sglang_lora.sglang_contract.ports import server_port
+from verl_sglang_lora.topology.frozen import HOST, EngineSpec, engine_env, engine_server_args, frozen_engines
 from verl_sglang_lora.topology.processes import ChildProcess, free_port
 from verl_sglang_lora.topology.router import ROUTER_FIX, router_command, router_installed
 from verl_sglang_lora.topology.schema import SETTING, Topology
