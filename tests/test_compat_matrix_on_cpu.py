@@ -38,6 +38,9 @@ REQUEST_FIELD = {
     "0.5.23": ("serialized_named_tensors", True),
 }
 # Releases whose LoadLoRAAdapterFromTensorsReqInput declares load_format (the flattened-bucket wire form)
+# The ServerArgs field capping the decode CUDA-graph batch (device scripts pass it by this name)
+CUDA_GRAPH_FIELD = {"0.5.8": "cuda_graph_max_bs", "0.5.12": "cuda_graph_max_bs",
+                    "0.5.18": "cuda_graph_max_bs_decode", "0.5.23": "cuda_graph_max_bs_decode"}
 FLATTENED = {"0.5.8": False, "0.5.12": True, "0.5.18": True, "0.5.23": True}
 
 # Contract checks that fail against a release's real code, as strict xfails: a fix turns them into XPASS, which
@@ -136,6 +139,11 @@ def test_probe_ran_against_that_release(probes, version):
     shape = data["plugin"]["request_shape"]
     assert (shape["field"], shape["per_rank"], shape["msgspec"]) == (field, per_rank, per_rank)
     assert shape["has_checksums"] is per_rank
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_cuda_graph_flag_is_the_release_own(probes, version):
+    assert _get(probes, "sglang", version)["plugin"]["cuda_graph_flag"].get("field") == CUDA_GRAPH_FIELD[version]
 
 
 @pytest.mark.parametrize("version, tp", [_param(v, "request", tp) for v in SGLANG_RELEASES for tp in TP_SIZES])

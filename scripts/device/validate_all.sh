@@ -22,6 +22,8 @@ T0=$(date +%s)
 [ -d /tmp/site/sglang ] || bash scripts/offline_bundle/install.sh /tmp/whl /tmp/site > "${OUT:-/tmp/out}/install.log" 2>&1
 bash scripts/device/install_plugin.sh 2>&1 | tail -1
 source scripts/device/env.sh
+# the decode CUDA-graph batch cap under the installed SGLang's own flag name (split in two by 0.5.18)
+CG_FLAG=$(python3 -m verl_sglang_lora.sglang_contract.installed cuda-graph-flag)
 
 gpu_tests() { timeout "$STEP_TIMEOUT" python3 -m pytest tests/gpu -q -p no:cacheprovider > "$LOGDIR/gpu_tests.log" 2>&1; tail -5 "$LOGDIR/gpu_tests.log"; }
 benchmarks() {
@@ -36,14 +38,14 @@ resident_checks() {
         timeout "$STEP_TIMEOUT" python3 scripts/device/resident_check.py --model "/tmp/ckpt_$shape" --rank "${RESIDENT_RANK:-32}" \
             --iters 30 --transport "${RESIDENT_TRANSPORT:-engine}" --cuda-graph --out "$LOGDIR/resident_$shape.json" \
             --server-arg=--attention-backend --server-arg=triton --server-arg=--sampling-backend --server-arg=pytorch \
-            --server-arg=--cuda-graph-max-bs --server-arg=8 > "$LOGDIR/resident_$shape.log" 2>&1
+            --server-arg="$CG_FLAG" --server-arg=8 > "$LOGDIR/resident_$shape.log" 2>&1
         grep -v "^  " "$LOGDIR/resident_$shape.log" | tail -20
     done
 }
 matrix() {  # issue 16 item 4: every path, ranks 8/32/128, both shapes, one engine per shape and rank (tools/sync_matrix.py)
     timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.benchmarks ${MATRIX_ARGS:---shape qwen3-0.6b --shape qwen3-8b} \
         --iters "${MATRIX_ITERS:-30}" --engine-arg attention_backend=triton --engine-arg sampling_backend=pytorch \
-        --engine-arg cuda_graph_max_bs=8 --json "$LOGDIR/matrix.json" > "$LOGDIR/matrix.log" 2>&1
+        --engine-arg "${CG_FLAG#--}=8" --json "$LOGDIR/matrix.json" > "$LOGDIR/matrix.log" 2>&1
     grep "^|" "$LOGDIR/matrix.log" | tail -40
 }
 # step N -> "CAP CMD..."

@@ -54,12 +54,14 @@ print("adapter saved", out)
 PY
 
 step "sglang server (attention_backend=$ATTN, sampling_backend=$SAMPLING)"
+# the decode CUDA-graph cap under the installed release's flag name (split in two by 0.5.18)
+CG_FLAG=$(python3 -m verl_sglang_lora.sglang_contract.installed cuda-graph-flag)
 EXTRA=()
 [[ ${SMOKE_CUDA_GRAPH:-1} == 0 ]] && EXTRA+=(--disable-cuda-graph)
 LAUNCH=(python3 -m sglang.launch_server --model-path "$ASSETS/model" --host 127.0.0.1 --port "$PORT"
     --enable-lora --max-lora-rank 8 --lora-target-modules all --max-loras-per-batch 2
     --attention-backend "$ATTN" --sampling-backend "$SAMPLING" --mem-fraction-static 0.3 --enable-memory-saver
-    --cuda-graph-max-bs 4 --log-level info "${EXTRA[@]}")
+    "$CG_FLAG" 4 --log-level info "${EXTRA[@]}")
 echo "${LAUNCH[*]}"
 "${LAUNCH[@]}" >"$LOG/sglang.log" 2>&1 &
 SERVER=$!

@@ -92,3 +92,31 @@ def weight_update_session() -> bool:
     except ImportError:
         return False
     return True
+
+
+def server_args_fields() -> frozenset[str]:
+    """The field names the installed ``ServerArgs`` declares (its command-line flags, with ``_`` for ``-``); a
+    dataclass up to 0.5.18, a msgspec struct on 0.5.23."""
+    from sglang.srt.server_args import ServerArgs
+
+    return frozenset(struct_fields(ServerArgs))
+
+
+def cuda_graph_max_bs_field() -> str:
+    """The ``ServerArgs`` field that caps the decode CUDA-graph batch size.
+
+    Up to 0.5.12 one flag (``cuda_graph_max_bs``); by 0.5.18 it is split into ``_decode`` / ``_prefill`` and the old
+    name is gone, so a launch that passes it fails (argparse calls the abbreviation ambiguous)."""
+    fields = server_args_fields()
+    for name in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):
+        if name in fields:
+            return name
+    raise ImportError(f"sglang {sglang_version()} ServerArgs declares no cuda_graph_max_bs field; see docs/compatibility.md")
+
+
+if __name__ == "__main__":  # `python3 -m verl_sglang_lora.sglang_contract.installed cuda-graph-flag` (device scripts)
+    import sys
+
+    if sys.argv[1:] != ["cuda-graph-flag"]:
+        raise SystemExit("usage: python3 -m verl_sglang_lora.sglang_contract.installed cuda-graph-flag")
+    print("--" + cuda_graph_max_bs_field().replace("_", "-"))

@@ -341,6 +341,7 @@ def lora_load_patches_reducers(sg: SGLang) -> bool:
 
 def plugin_contract(sg: SGLang) -> dict:
     from verl_sglang_lora.runtime.lora_plan import LoRAPlan
+    from verl_sglang_lora.sglang_contract.installed import cuda_graph_max_bs_field
     from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
     from verl_sglang_lora.sglang_contract.lora_request import (
         build_lora_request,
@@ -354,6 +355,7 @@ def plugin_contract(sg: SGLang) -> dict:
     shape_step = step(lambda: {"shape": {k: list(v) if isinstance(v, tuple) else v
                                          for k, v in dataclasses.asdict(request_shape()).items()}})
     out["request_shape"] = shape_step.get("shape", shape_step)
+    out["cuda_graph_flag"] = step(lambda: {"field": cuda_graph_max_bs_field()})
     tensors = adapter_tensors()
     megatron_raw, out["megatron_producer"] = megatron_peft_config()
     configs = {"fsdp_peft_to_dict": fsdp_peft_config(), "megatron_peft_config": megatron_raw}
