@@ -200,6 +200,9 @@ def test_resident_support_per_release(probes, version):
     assert "scheduler ranks" in res["unsupported_two_ranks"]  # TP x DP > 1: no per-rank sources yet
     assert res["primes"] is PRIMES[version]
     assert res["wrapper_keeps_fields"] is True
+    # verl 0.9.1 calls dataclasses.fields() on the (wrapped) ServerArgs: on 0.5.23's msgspec struct its stock launch
+    # raises TypeError; through the plugin's wrapper it reads the struct's own field names
+    assert res["verl_reads_fields"].get("same") is True, res["verl_reads_fields"]
     assert res["weight_update_session"] is SESSION[version]
     flow = res["loader_request_flow"]
     update = "update_weights_from_tensor:UpdateWeightsFromTensorReqInput"

@@ -1,6 +1,8 @@
 # Sourced on the GPU host after scripts/offline_bundle/install.sh: the bundle first on sys.path, the plugin
 # installed next to it (so its verl.plugins entry point is visible), NVLink multicast off.
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# nvidia-cutlass-dsl (SGLang 0.5.23) finds its packages through a .pth, which Python runs only in site dirs
+[ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ] && export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export FLASHINFER_DISABLE_VERSION_CHECK=1 RAY_DEDUP_LOGS=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

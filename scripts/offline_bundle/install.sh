@@ -39,4 +39,6 @@ def v(n):
         return "MISSING"
 print("installed:", ", ".join(f"{n}=={v(n)}" for n in names))
 PY
-echo "install.sh: $have wheels in $TARGET; now: export PYTHONPATH=$TARGET"
+# a .pth in the target (nvidia-cutlass-dsl's) is not run from PYTHONPATH: its directory goes on the path too
+extra=""; [ -d "$TARGET/nvidia_cutlass_dsl/dsl_packages" ] && extra="$TARGET/nvidia_cutlass_dsl/dsl_packages:"
+echo "install.sh: $have wheels in $TARGET; now: export PYTHONPATH=$extra$TARGET"

@@ -490,7 +490,10 @@ def resident_release_facts() -> dict[str, Any]:
             "unsupported_quantized_base": resident_reason("auto", 1, base_unsafe="the checkpoint is quantized"),
             "weight_update_session": weight_update_session(),
             "session_structs": session_structs(), "loader_request_flow": loader_request_flow(),
-            "wrapper_keeps_fields": fields(wrapped) == fields(ServerArgs)}
+            "wrapper_keeps_fields": fields(wrapped) == fields(ServerArgs),
+            # verl 0.9.1's launch_server reads `[f.name for f in dataclasses.fields(ServerArgs)]` (TypeError on a struct)
+            "verl_reads_fields": step(lambda: {"same": sorted(f.name for f in dataclasses.fields(wrapped))
+                                                == fields(ServerArgs)})}
 
 
 def resident_reason(mode: str, ranks: int, base_unsafe: str | None = None) -> str | None:

@@ -7,6 +7,7 @@ against the fields the installed SGLang declares, whatever verl put there.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable
 
@@ -85,6 +86,12 @@ def wrap_server_args(
     for attr in ("__dataclass_fields__", "__struct_fields__"):  # what callers introspect stays visible
         if hasattr(original, attr):
             setattr(make, attr, getattr(original, attr))
+    if not hasattr(original, "__dataclass_fields__"):
+        # verl 0.9.1's launch_server asks `dataclasses.fields(ServerArgs)` for a field name, which raises TypeError
+        # on 0.5.23's msgspec struct (its stock path dies there): the drop-in answers with the struct's field names.
+        make.__dataclass_fields__ = dataclasses.make_dataclass(  # type: ignore[attr-defined]
+            "ServerArgsFields", [(name, Any, dataclasses.field(default=None)) for name in sorted(declared)]
+        ).__dataclass_fields__
     make.__wrapped__ = original  # type: ignore[attr-defined]
     return make
 
