@@ -219,6 +219,24 @@ def test_resident_support_per_release(probes, version):
         assert res["unsupported_quantized_base"] is None and res["session_structs"] is None
 
 
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_verl_http_client_is_made_concrete_for_the_release(probes, version):
+    """verl 0.9.1's HTTP client under the release's real EngineBase: abstract where the release declares the
+    weight-update session (stock verl's first sync raises TypeError there, seen on the H200), concrete through the
+    plugin, whose begin/end bodies decode with the release's own structs."""
+    res = _get(probes, "sglang", version)["plugin"]["http_client"]
+    assert res["ok"], res.get("error")
+    assert res["plugin_instantiable"] is True
+    if SESSION[version]:
+        assert res["verl_instantiable"] is False
+        assert res["verl_abstract"] == ["begin_weight_update", "end_weight_update"]
+        assert res["sent"] == [
+            {"endpoint": "begin_weight_update", "body": {"selector": "target"}, "decodes": "BeginWeightUpdateReqInput"},
+            {"endpoint": "end_weight_update", "body": {}, "decodes": "EndWeightUpdateReqInput"}]
+    else:
+        assert res["verl_instantiable"] is True and res["verl_abstract"] == [] and "sent" not in res
+
+
 @pytest.mark.parametrize("version, launch", [_param(v, "launch_args", n) for v in SGLANG_RELEASES for n in LAUNCHES])
 def test_launch_args_pass_the_release_server_args_check(probes, version, launch):
     data = _get(probes, "sglang", version)

@@ -125,6 +125,7 @@ def test_base_weight_update_with_fsdp_style_names(server, model_path):
     from sglang.srt.utils import MultiprocessingSerializer
 
     from verl_sglang_lora.sglang_contract.installed import io_struct
+    from verl_sglang_lora.sglang_contract.update_session import update_session
 
     names = ModelWeightNames.from_model_path(model_path)
     state = {}
@@ -140,7 +141,9 @@ def test_base_weight_update_with_fsdp_style_names(server, model_path):
         req = io_struct("UpdateWeightsFromTensorReqInput")(
             serialized_named_tensors=[MultiprocessingSerializer.serialize(resolved, output_str=True)]
         )
-        await client.post("update_weights_from_tensor", request_to_json(req))
+        # SGLang >= 0.5.23 refuses tensor updates outside a weight-update session (the plugin's base sync opens one)
+        async with update_session(lambda endpoint, r: client.post(endpoint, request_to_json(r))):
+            await client.post("update_weights_from_tensor", request_to_json(req))
         after = await _prompt_logprobs(client, None)
         return before, after
 

@@ -11,6 +11,7 @@ bucketed ``update_weights_from_tensor`` path, with names resolved and tensors mo
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -30,11 +31,14 @@ from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector, FlatAda
 from verl_sglang_lora.runtime.sync.metrics import SyncStats
 from verl_sglang_lora.runtime.sync.snapshot import write_snapshot
 from verl_sglang_lora.runtime.sync.versions import adapter_name
+from verl_sglang_lora.sglang_contract.lora_request import request_to_json
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config, trainer_scaling
+from verl_sglang_lora.sglang_contract.update_session import update_session
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, lora_module_path
 from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
 from verl_sglang_lora.verl_glue.config_guards import check_config
 from verl_sglang_lora.verl_glue.device_collect import install as install_device_collect
+from verl_sglang_lora.verl_glue.http_engine import concrete_client_in
 from verl_sglang_lora.verl_glue.imports import load_verl_server_adapter
 
 logger = logging.getLogger(__name__)
@@ -73,6 +77,11 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         if value != getattr(self, "_sleep_level", value):
             logger.warning("sglang_lora: ignoring sleep_level=%s; fixed to %s by the LoRA config", value, self._sleep_level)
 
+    async def _init_server_adapter(self) -> None:
+        # verl's HTTP client is abstract under SGLang 0.5.23's EngineBase (verl_glue/http_engine.py)
+        with concrete_client_in(sys.modules[_VerlServerAdapter.__module__]):
+            await super()._init_server_adapter()
+
     # ---- memory ----------------------------------------------------------------------------------------
     def _is_leader(self) -> bool:
         return self._engine is not None and self.device_mesh["infer_tp"].get_local_rank() == 0
@@ -103,7 +112,12 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
                     "config with the LoRA sync; the rollout would keep serving a stale adapter"
                 )
             return await self._sync_adapter(weights, peft_config, global_steps)
-        return await super().update_weights(self._base_weights(weights), global_steps=global_steps, **kwargs)
+        # SGLang >= 0.5.23 takes tensor updates only inside a weight-update session (opened by the TP leader)
+        async with update_session(self._http_call, None if self._is_leader() else False):
+            return await super().update_weights(self._base_weights(weights), global_steps=global_steps, **kwargs)
+
+    async def _http_call(self, endpoint: str, request: Any) -> Any:
+        return await self._engine._make_async_request(endpoint, request_to_json(request))
 
     def _base_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         """Base weights with SGLang names (checked against the checkpoint), each on the device."""

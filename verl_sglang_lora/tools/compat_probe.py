@@ -431,7 +431,15 @@ def plugin_contract(sg: SGLang) -> dict:
         for name, res in out[group].items() if not res.get("ok")
     )
     out["ok"] = all(c.get("ok") for c in checks) and "field" in out["request_shape"]
+    out["http_client"] = step(verl_http_client_session)  # last: it stubs SGLang's server modules for verl's import
     return out
+
+
+def verl_http_client_session() -> dict[str, Any]:
+    import_verl_sglang_rollout()
+    from verl.workers.rollout.sglang_rollout.http_server_engine import AsyncHttpServerAdapter
+
+    return {"ok": True, **http_client_session(AsyncHttpServerAdapter)}
 
 
 # ---- verl's stock path ------------------------------------------------------------------------------------------
@@ -533,7 +541,8 @@ def loader_request_flow() -> dict[str, Any]:
 def session_structs() -> dict[str, Any] | None:
     """The weight-update session requests the server actor builds on a release that has them (None where absent):
     built from the release's own classes, with the fields the server sets."""
-    from verl_sglang_lora.runtime.resident.update_request import begin_request, update_request
+    from verl_sglang_lora.runtime.resident.update_request import update_request
+    from verl_sglang_lora.sglang_contract.update_session import begin_request
     from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_session
 
     if not weight_update_session():
@@ -541,6 +550,38 @@ def session_structs() -> dict[str, Any] | None:
     io_struct("EndWeightUpdateReqInput")()
     return {"begin_selector": getattr(begin_request(), "selector", None),
             "update_has_selector": getattr(update_request([], "pkg.loader"), "selector", None) == "target"}
+
+
+def http_client_session(client: type) -> dict[str, Any]:
+    """verl's HTTP client under this release's ``EngineBase``: the abstract methods it lacks (stock verl cannot
+    instantiate it where there are any), and the plugin's concrete client (``verl_glue.http_engine``): what its
+    session methods send, each body decoded with the release's own request struct."""
+    import asyncio
+    import inspect
+
+    from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_session
+    from verl_sglang_lora.verl_glue.http_engine import concrete_client
+
+    res: dict[str, Any] = {"verl_abstract": sorted(getattr(client, "__abstractmethods__", ())),
+                           "verl_instantiable": not inspect.isabstract(client)}
+    plugin_cls = concrete_client(client)
+    res["plugin_instantiable"] = not inspect.isabstract(plugin_cls)
+    if not weight_update_session():
+        return res
+    sent: list[tuple[str, dict]] = []
+
+    async def capture(endpoint: str, payload: dict | None = None, **_: Any) -> dict:
+        sent.append((endpoint, payload or {}))
+        return {"success": True, "message": "Success"}
+
+    engine = object.__new__(plugin_cls)
+    engine._make_async_request = capture
+    asyncio.run(engine.begin_weight_update())
+    asyncio.run(engine.end_weight_update())
+    structs = {"begin_weight_update": "BeginWeightUpdateReqInput", "end_weight_update": "EndWeightUpdateReqInput"}
+    res["sent"] = [{"endpoint": ep, "body": body, "decodes": type(io_struct(structs[ep])(**body)).__name__}
+                   for ep, body in sent]
+    return res
 
 
 def stub_inert_modules() -> list[str]:

@@ -192,9 +192,19 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
 
     session = weight_update_session()
 
+    session_calls_ms: dict[str, float] = {}  # the last send's requests, each round trip (the session's share)
+
+    async def timed_acall(method: str, obj: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return await bench.acall(method, obj)
+        finally:
+            session_calls_ms[method] = (time.perf_counter() - t) * 1e3
+
     def send(calls: list) -> None:
+        session_calls_ms.clear()
         for c in calls:  # as the server actor sends it (inside a weight-update session on SGLang >= 0.5.23)
-            bench.run(send_loader_request(bench.acall, c.blobs, LOADER_PATH, session))
+            bench.run(send_loader_request(timed_acall, c.blobs, LOADER_PATH, session))
 
     def check(calls: list) -> None:
         failed = check_results(calls, scaling)
@@ -245,6 +255,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
                        loader_ms=loader_ms, loader_copy_ms=result["copy_ns"] / 1e6,
                        loader_verify_ms=result["verify_ns"] / 1e6,
                        outbound_ms=round_trip - inbound - loader_ms, check_ms=(t_checked - t_back) * 1e3)
+            if session:  # SGLang >= 0.5.23: begin and end are round trips of their own
+                into.phase(**{f"session_{m.split('_')[0]}_ms": v for m, v in session_calls_ms.items()})
         return (t_checked - t0) * 1e3
 
     def inplace(i: int) -> float:
@@ -343,6 +355,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     for path in PATHS:
         row = {"rank": rank, "path": path, "bytes": nbytes, "tensors": len(flat.entries), **times[path].row(control_ms, nbytes)}
         row["correct"] = correct["ok"] if path == "inplace" else None
+        if path == "verl_stock":
+            row["stock_client"] = stock_client_state()
         if path in loads_proven:  # SGLang's own load of the last version, verified in the pool (loader op=verify)
             row["correct"] = loads_proven[path].error is None
             row["correct_detail"] = loads_proven[path].error or "pool bytes == the tensors sent (op=verify)"
@@ -363,12 +377,28 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             "control_request_ms": round(control_ms, 3), "correctness": correct}
 
 
+def stock_client_state() -> str:
+    """Whether stock verl can build its own HTTP client on the installed SGLang (the timed row forwards its engine
+    calls in-process, so it runs either way; a user's stock run does not)."""
+    import inspect
+
+    try:
+        from verl.workers.rollout.sglang_rollout.http_server_engine import AsyncHttpServerAdapter
+    except Exception as exc:  # noqa: BLE001
+        return f"not importable: {type(exc).__name__}: {exc}"
+    if not inspect.isabstract(AsyncHttpServerAdapter):
+        return "instantiable"
+    missing = ", ".join(sorted(AsyncHttpServerAdapter.__abstractmethods__))
+    return (f"abstract under this SGLang's EngineBase (lacks {missing}): stock verl raises TypeError at its first "
+            "sync; these figures are its adapter code with the engine calls forwarded")
+
+
 def stock_adapter(bench: EngineBench, config: dict) -> Callable[[list], None]:
     """verl 0.9.1's ``ServerAdapter.update_weights`` adapter path, its own code, with its ``_engine`` calls forwarded
     to the engine's tokenizer manager (the handlers its HTTP requests reach)."""
     from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter
 
-    class _Forward:  # the three _engine calls of verl's adapter path
+    class _Forward:  # the four _engine calls of verl's adapter path
         async def available_models(self) -> Any:  # what /v1/models lists: the adapters SGLang holds
             registry = getattr(getattr(bench.tm, "lora_registry", None), "_registry", {}) or {}
             return {"data": [{"id": name} for name in registry]}
@@ -384,6 +414,9 @@ def stock_adapter(bench: EngineBench, config: dict) -> Callable[[list], None]:
             if not ok:
                 raise RuntimeError(message)
             return out
+
+        async def flush_cache(self) -> Any:  # after the load (a full prefix-cache flush on every sync)
+            return await bench.tm.flush_cache()
 
     class _Mesh:  # device_mesh["infer_tp"]: TP-local rank 0 of a TP-1 mesh
         mesh = torch.arange(1)
@@ -496,6 +529,8 @@ def print_table(rows: list[dict]) -> None:
         if r.get("phases_p50_ms"):
             print(f"phases p50 ms {r['shape']} r{r['rank']} {r['path']} (settle {r.get('settle_ms', 0.0)} ms): "
                   + ", ".join(f"{k} {v}" for k, v in r["phases_p50_ms"].items()))
+    for note in dict.fromkeys(r["stock_client"] for r in rows if r.get("stock_client", "instantiable") != "instantiable"):
+        print(f"verl_stock: verl's own HTTP client is {note}")
 
 
 def main(shapes: list[str], ranks: list[int], iters: int, warmup: int, mem: float, json_path: Path | None,
