@@ -39,6 +39,7 @@ from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
 from verl_sglang_lora.sglang_contract.installed import io_struct
 from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS, request_to_json
 from verl_sglang_lora.runtime.sync.versions import AdapterVersions, adapter_name
+from verl_sglang_lora.sglang_contract.update_session import update_session
 
 SHAPES: dict[str, dict[str, Any]] = {
     # Public Qwen3 configs (hidden, layers, heads, kv heads, head_dim, intermediate, vocab).
@@ -242,14 +243,17 @@ async def bench_base_sync(client, names: ModelWeightNames, model_dir: Path, buck
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     bucket, size = [], 0
-    for name, t in tensors + [(None, None)]:
-        if name is not None:
-            bucket.append((names.resolve_base(name), t))
-            size += t.numel() * t.element_size()
-        if bucket and (name is None or size >= bucket_mb << 20):
-            req = cls(serialized_named_tensors=[MultiprocessingSerializer.serialize(bucket, output_str=True)], flush_cache=False)
-            await client.post("update_weights_from_tensor", request_to_json(req))
-            bucket, size = [], 0
+    # one weight-update session around all buckets, as the plugin's base sync holds it (SGLang >= 0.5.23)
+    async with update_session(lambda endpoint, r: client.post(endpoint, request_to_json(r))):
+        for name, t in tensors + [(None, None)]:
+            if name is not None:
+                bucket.append((names.resolve_base(name), t))
+                size += t.numel() * t.element_size()
+            if bucket and (name is None or size >= bucket_mb << 20):
+                req = cls(serialized_named_tensors=[MultiprocessingSerializer.serialize(bucket, output_str=True)],
+                          flush_cache=False)
+                await client.post("update_weights_from_tensor", request_to_json(req))
+                bucket, size = [], 0
     sync_s = time.perf_counter() - t0
     src = torch.empty(total // 2, dtype=torch.bfloat16, device="cuda")
     dst = torch.empty_like(src)
