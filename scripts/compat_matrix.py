@@ -14,8 +14,8 @@ A cell is
             and composition pass on V;
   red       some of that fails -- with the failing checks, the condition under which they apply, and the error;
   untested  a probe could not run (release dir missing, probe crashed).
-All of it is CPU evidence. GPU runtime is recorded per cell as a note: only verl 0.9.1 x SGLang 0.5.12 has any
-(docs/validation.md), and the note says exactly what it covers.
+All of it is CPU evidence. GPU runtime is recorded per cell as a note: only verl 0.9.1 x SGLang 0.5.12 and 0.5.23
+have any (docs/validation.md), and the note says exactly what it covers.
 """
 
 from __future__ import annotations
@@ -50,10 +50,32 @@ GPU_EVIDENCE = {
         "sync); merge mode and no LoRA 2 steps each; a killed server recovered with no step lost; tests/gpu passed. "
         "2026-12-03 (session 7): the resident in-place sync through 50 FSDP2 GRPO steps (every sync in place, 0 "
         "fallbacks), 0.6B/8B slot writes byte-exact with SGLang's own load, four injected faults recovered. "
-        "Not run: tp>1, actor TP/PP>1, more than one GPU, the Megatron example in place."
+        "2026-12-04 (session 12): the Megatron example with the in-place sync, 4 GRPO steps (every sync in place, 0 "
+        "fallbacks). Not run: tp>1, actor TP/PP>1, more than one GPU."
+    ),
+    ("0.9.1", "0.5.23"): (
+        "partly, docs/validation.md sessions 14-15 (2026-12-04, one H200, tp=1, the torch 2.14.1 bundle): tests/gpu "
+        "passed (after 11d3677); the FSDP2 GRPO run launched, synced the base inside a weight-update session, "
+        "attached both resident slots and served version 0 in place (canary pass), then the actor's backward failed "
+        "on the host's cuDNN 9.19 under torch 2.14.1 (cuDNN 9.24 now in the bundle, not yet run); the 0.6B matrix: "
+        "in place 21-23 ms (the session's round trips), byte-exact. Stock verl's launch raised on the msgspec "
+        "ServerArgs (seen on the H200). Not run: 4 GRPO steps, Megatron, 8B."
     ),
 }
 GPU_NONE = "not exercised (CPU contract only)"
+# What the resident in-place path did on a GPU per SGLang release (the CPU probe says only whether it applies)
+RESIDENT_GPU = {
+    "0.5.12": "On the H200 (docs/benchmarks.md): 0.6B r8/r32 4.41/4.22 ms p50, 8B r8/r32 9.55/10.10 ms, byte-exact.",
+    "0.5.23": (
+        "Every loader call runs inside `begin_weight_update(selector=target)` ... `end_weight_update` (0.5.23 refuses "
+        "tensor updates outside one); falls back, naming the reason, where the session's end would re-process base "
+        "weights: a quantized checkpoint, `rollout.quantization` / `engine_kwargs.sglang.quantization` / "
+        "`torchao_config`, a mixture-of-experts base (`runtime/resident/support.py::session_unsafe_base`). On the "
+        "H200 (session 15): 0.6B r8/r32 **21.05/23.08 ms** p50, byte-exact -- the loader's work is 1.9 ms as on "
+        "0.5.12, the session's two extra scheduler round trips cost the rest (docs/validation.md, next lever: one "
+        "standing session per launch)."
+    ),
+}
 
 # Where a failing check applies (so a user can tell whether it hits their run).
 CONDITIONS = {
@@ -227,6 +249,12 @@ def stock_label(stage: str, error: str) -> str:
     if "unexpected keyword argument" in error.lower():
         field = error.rsplit("'", 2)[-2] if "'" in error else "?"
         return f"request: no field `{field}`"
+    if "dataclasses.fields(ServerArgs)" in error:
+        return "launch: dataclasses.fields() on a msgspec ServerArgs"
+    if "Can't instantiate abstract class" in error:
+        return "HTTP client: abstract under SGLang's EngineBase"
+    if "must run between" in error:
+        return "base-weight sync: no weight-update session"
     if "HTTP 422" in error:
         return "HTTP 422: list where str expected" if "got list" in error else "HTTP 422"
     return f"{stage}: {error[:60]}"
@@ -252,6 +280,10 @@ def stock_summary(stock: dict) -> tuple[str, list[dict]]:
     for engine, res in stock.get("launch", {}).items():
         if not res.get("ok"):
             add("launch", res.get("error", "failed"), engine)
+    for res in stock.get("runtime", []):  # engine-independent steps of the run itself, in run order
+        if not res.get("ok"):
+            for engine in stock.get("launch", {}) or ("fsdp", "megatron"):
+                add(res["stage"], res.get("error", "failed"), engine)
     for engine, res in stock.get("producers", {}).items():
         if "error" in res and "wrap_lora_params" not in res:
             add("probe", res["error"], engine)
@@ -415,7 +447,10 @@ def render_md(matrix: dict, command: str) -> str:
           "`AsyncHttpServerAdapter.load_lora_adapter_from_tensor` with only the transport captured; the "
           "release's decoder, deserializer and adapter checks. Where `wrap_lora_params` fails on the dict the "
           "engine really hands over, the probe continues with a `peft.LoraConfig` (the type its signature names) "
-          "to show what breaks next. Breaks in path order (launch, then the adapter sync), engines in brackets:", ""]
+          "to show what breaks next. Three steps of the run itself are run against the release too: the launch's "
+          "`dataclasses.fields(ServerArgs)`, building verl's HTTP client under the release's `EngineBase`, and whether "
+          "its base-weight sync opens the weight-update session the release requires (all three seen on the H200 with "
+          "SGLang 0.5.23). Breaks in path order (launch, then the adapter sync), engines in brackets:", ""]
     L.append("| verl \\ SGLang | " + " | ".join(matrix["sglang_releases"]) + " |")
     L.append("|---|" + "---|" * len(matrix["sglang_releases"]))
     details: dict[str, list[str]] = {}
@@ -467,6 +502,8 @@ def render_md(matrix: dict, command: str) -> str:
             res = f.get("resident") or {}
             resident = ("not probed" if not res.get("ok") else "applies" if res.get("unsupported") is None
                         else f"falls back: {md_escape(res['unsupported'])}")
+            if s in RESIDENT_GPU:
+                resident += f". {RESIDENT_GPU[s]}"
             L.append(f"| {s} | `{f['adapter_wire']}` | {'yes' if f['lora_load_patches'] else 'no'} "
                      f"| {'yes' if f['priming_update_ok'] else 'NO'} | {resident} |")
     L += ["", "## Per verl release", "",
@@ -494,7 +531,7 @@ def render_md(matrix: dict, command: str) -> str:
         row = [f"{cells[v][s].get('probe_s', '-')} s" for s in matrix["sglang_releases"]]
         L.append(f"| {v} | " + " | ".join(row) + f" | {vf[v].get('probe_s', '-')} s |")
     L += ["", "## Not covered", "",
-          "- GPU runtime of every cell but verl 0.9.1 x SGLang 0.5.12 (and there only what the note says): CUDA-IPC "
+          "- GPU runtime of every cell but verl 0.9.1 x SGLang 0.5.12 / 0.5.23 (and there only what the notes say): CUDA-IPC "
           "handles, the LoRA kernels, sleep/wake on real memory, tp > 1 on real devices.",
           "- verl 0.8.0 / 0.9.0 run from `--no-deps` dirs with the venv's numpy 2 / transformers 5: good for their "
           "registries, config trees and request code, not a training runtime (docs/cpu_environment.md).",

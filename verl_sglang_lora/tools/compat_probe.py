@@ -592,6 +592,9 @@ def stub_inert_modules() -> list[str]:
 
     stubbed = []
     for name in INERT_MODULES:
+        if isinstance(sys.modules.get(name), _Inert):  # stubbed earlier in this process (still a stub)
+            stubbed.append(name)
+            continue
         try:
             importlib.import_module(name)
             continue
@@ -666,6 +669,39 @@ def stock_launch(sg: SGLang, verl_utils: Any, engine: str) -> dict:
     return out
 
 
+def stock_runtime(adapter_cls: type, client_cls: type) -> list[dict[str, Any]]:
+    """Three steps of verl's own run that a decode check does not reach, in run order, each run against this release
+    (the H200 showed all three on SGLang 0.5.23): the launch's ``dataclasses.fields(ServerArgs)``, building its HTTP
+    client under the release's ``EngineBase``, and its base-weight sync outside a weight-update session."""
+    import inspect
+
+    import verl.workers.rollout.sglang_rollout as pkg
+    from sglang.srt.server_args import ServerArgs
+
+    from verl_sglang_lora.sglang_contract.installed import weight_update_session
+
+    src = open(os.path.join(os.path.dirname(pkg.__file__), "async_sglang_server.py"), encoding="utf-8").read()
+    out: list[dict[str, Any]] = []
+    if "dataclasses.fields(ServerArgs)" in src:
+        try:
+            dataclasses.fields(ServerArgs)
+            out.append({"stage": "launch_fields", "ok": True})
+        except TypeError as exc:
+            out.append({"stage": "launch_fields", "ok": False,
+                        "error": f"launch_server: dataclasses.fields(ServerArgs): {_err(exc)}"})
+    missing = sorted(getattr(client_cls, "__abstractmethods__", ()))
+    out.append({"stage": "http_client", "ok": not missing})
+    if missing:
+        out[-1]["error"] = (f"Can't instantiate abstract class {client_cls.__name__} without {', '.join(missing)} "
+                            "(SGLang's EngineBase)")
+    opens_session = "begin_weight_update" in inspect.getsource(adapter_cls.update_weights)
+    out.append({"stage": "base_sync", "ok": opens_session or not weight_update_session()})
+    if not out[-1]["ok"]:
+        out[-1]["error"] = ("base-weight sync: update_weights_from_tensor must run between begin_weight_update() and "
+                            "end_weight_update() (verl never opens one)")
+    return out
+
+
 def stock_path(sg: SGLang) -> dict:
 
     out: dict[str, Any] = {}
@@ -694,6 +730,7 @@ def stock_path(sg: SGLang) -> dict:
 
     out["launch"] = {engine: step(lambda engine=engine: stock_launch(sg, verl_utils, engine))
                      for engine in producers}
+    out["runtime"] = stock_runtime(mod.ServerAdapter, AsyncHttpServerAdapter)
 
     def wrap(cfg: Any) -> tuple[dict, Any]:
         return mod.ServerAdapter.wrap_lora_params(types.SimpleNamespace(device_mesh=_Mesh(2)), cfg,
@@ -774,7 +811,7 @@ def stock_path(sg: SGLang) -> dict:
 
     out["producers"] = {engine: step(lambda engine=engine: run_producer(engine)) for engine in producers}
     out["ok"] = all(p.get("ok") for p in out["producers"].values()) and all(
-        v.get("ok") for v in out["launch"].values())
+        v.get("ok") for v in [*out["launch"].values(), *out["runtime"]])
     return out
 
 

@@ -59,6 +59,7 @@ class SlotState:
     pairs: list[CopyPair]
     version: int = -1
     mirror: Optional[Mirror] = None
+    mirror_reason: str = ""  # why there is no mirror (said in every reply verified pair by pair)
     flat: Optional[torch.Tensor] = None  # the trainer's flat buffer (CUDA-IPC view), kept referenced
     reply: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # the slot's reply channel (status, message)
 
@@ -134,14 +135,20 @@ def _adapter_facts(manager: Any, uid: str) -> dict[int, int]:
     return {P.SCALING_BITS: P.float_to_bits(scaling), P.LORA_R: int(rank)}
 
 
-def _build_mirror(req: P.Request, pairs: list[CopyPair], uid: str) -> Optional[Mirror]:
+def _build_mirror(req: P.Request, pairs: list[CopyPair], uid: str) -> tuple[Optional[Mirror], str]:
     if req.flat is None:
-        return None
+        return None, "the attach carried no flat buffer"
     mirror, reason = Mirror.build(req.flat, pairs, sum(t.numel() for t in req.tensors.values()))
     if mirror is None:
         logger.warning("verl resident loader: slot %s is verified pair by pair, not against the trainer's "
                        "checksum: %s", uid, reason)
-    return mirror
+    return mirror, reason
+
+
+def _how_verified(fields: dict[int, int], why: str) -> str:
+    """Said in the reply (the scheduler's log is often out of the user's sight): why a write was checked pair by
+    pair rather than against the trainer's checksum."""
+    return f" (verified pair by pair: {why})" if fields.get(P.VERIFIED_BY) == P.BY_SOURCE else ""
 
 
 def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
@@ -184,13 +191,14 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
             raise ResidentError(1, "op=attach carries the adapter tensors")
         layout = _layout_for(manager, uid, req.tensors, state.layout if state else None)
         pairs = bind(layout, manager.memory_pool, slot, req.tensors)
-        state = SlotState(uid, slot, layout, pairs, fields[P.VERSION], _build_mirror(req, pairs, uid), req.flat,
-                          req.reply)
+        mirror, reason = _build_mirror(req, pairs, uid)
+        state = SlotState(uid, slot, layout, pairs, fields[P.VERSION], mirror, reason, req.flat, req.reply)
         _SLOTS[key] = state
         if req.get("write") == "1":
             fields.update(_copy(state.pairs, req.get("checksum", "1") == "1", state, _trainer_sum(req)))
             notify_slots_updated(manager, {slot})
-        return fields, f"attached {len(state.pairs)} copies ({state.layout.copied_elements} elements)"
+        return fields, (f"attached {len(state.pairs)} copies ({state.layout.copied_elements} elements)"
+                        + _how_verified(fields, reason))
     if req.op == "checksum":
         if state is None:
             raise ResidentError(11, "op=checksum needs an attached slot")
@@ -210,7 +218,9 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
     notify_slots_updated(manager, {slot})
     if state is not None:
         state.version = fields[P.VERSION]
-    return fields, "written"
+    why = ("the write carried its own tensors (bound anew, not the attached layout's mirror)" if req.tensors
+           else state.mirror_reason)
+    return fields, "written" + _how_verified(fields, why)
 
 
 def _verify(manager: Any, uid: str, slot: int, req: P.Request, fields: dict[int, int]) -> tuple[dict[int, int], str]:

@@ -126,13 +126,13 @@ _warned_unmirrored = False
 
 
 def _warn_unmirrored(call: LoaderCall, result: dict) -> None:
-    """Once per process: the loader could not read the slot back into the trainer's layout, so its writes are checked
-    against the source views it reads (a stale mapping would not show); its log line says why."""
+    """Once per process: the write was not read back into the trainer's layout, so it was checked against the
+    source views the loader read (a stale mapping would not show); the loader's reply says why."""
     global _warned_unmirrored
     _warned_unmirrored = True
-    logger.warning("sglang_lora: in-place writes to %s are verified against the source views, not the trainer's "
-                   "checksum (verified_by=%s): the loader could not build its read-back mirror -- the reason is in "
-                   "SGLang's scheduler log ('verified pair by pair')", call.slot, result["verified_by"])
+    logger.warning("sglang_lora: in-place %s of %s verified against the source views, not the trainer's checksum "
+                   "(verified_by=%s); the loader says: %s", call.op, call.slot, result["verified_by"],
+                   result.get("message") or "(no message)")
 
 
 def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str | None:
