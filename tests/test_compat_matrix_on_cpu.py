@@ -206,12 +206,12 @@ def test_resident_support_per_release(probes, version):
     assert res["weight_update_session"] is SESSION[version]
     flow = res["loader_request_flow"]
     update = "update_weights_from_tensor:UpdateWeightsFromTensorReqInput"
-    if SESSION[version]:  # the session is closed whatever happens inside it
+    if SESSION[version]:  # one session held across both writes, closed on demand and after any refusal
         begin, end = "begin_weight_update:BeginWeightUpdateReqInput", "end_weight_update:EndWeightUpdateReqInput"
-        assert flow == {"ok": [begin, update, end], "update_refused": [begin, update, end, "raised"],
+        assert flow == {"ok": [begin, update, update, end], "update_refused": [begin, update, end, "raised"],
                         "begin_refused": [begin, end, "raised"]}
     else:
-        assert flow == {"ok": [update], "update_refused": [update, "raised"], "begin_refused": [update]}
+        assert flow == {"ok": [update, update], "update_refused": [update, "raised"], "begin_refused": [update, update]}
     if SESSION[version]:
         assert "weight-update session" in res["unsupported_quantized_base"]
         assert res["session_structs"] == {"begin_selector": "target", "update_has_selector": True}

@@ -38,6 +38,7 @@ from verl_sglang_lora.runtime.resident.slots import ResidentSlots
 from verl_sglang_lora.runtime.resident.update_request import send_loader_request
 from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base
 from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_session
+from verl_sglang_lora.sglang_contract.update_session import HeldSession
 from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_REQUEST_CLASS
 from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
@@ -85,7 +86,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         # Validated here, before SGLang allocates any GPU memory.
         self.resident_on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config),
                                                                      session_unsafe_base(self.model_config, self.config))
-        self._update_session = self.resident_on and weight_update_session()
+        # the in-place writes' weight-update session (SGLang >= 0.5.23), held across writes
+        self.weight_session = HeldSession(self.resident_on and weight_update_session())
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on)
         self._raw_generate_request = None
         self.prefix_tags = PrefixTags()
@@ -126,6 +128,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         """Adapter mode, on the node that hosts the tokenizer manager: pin every request to the active adapter, and
         prepare the scheduler for CUDA-IPC adapter loads (SGLang <= 0.5.12 patches its reducers only on a base
         update, which a relaunched server never gets: ``ipc_reducers``)."""
+        self.weight_session.forget()  # a new SGLang process holds no session
         if self.lora.as_adapter and getattr(self, "tokenizer_manager", None) is not None:
             self._pin_adapter_on_every_request()
             await prime_scheduler_reducers(self.tokenizer_manager, sglang_rank_count(self.config))
@@ -351,7 +354,14 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
     async def _loader_call(self, blobs: list[bytes]) -> None:
         """One request to the plugin's custom weight loader in SGLang's scheduler (its status reaches the client
         through the shared status tensor; SGLang's own answer is checked here)."""
-        await send_loader_request(self._sglang_call, blobs, LOADER_PATH, self._update_session)
+        await send_loader_request(self._sglang_call, blobs, LOADER_PATH, self.weight_session)
+
+    async def close_weight_update_session(self) -> bool:
+        """Close the in-place writes' held session (the sync client calls this before a base-weight update, which
+        opens its own: SGLang refuses a second). Returns whether one was open."""
+        was_open = self.weight_session.is_open
+        await self.weight_session.close(self._sglang_call)
+        return was_open
 
     def _retire_uncertain(self, name: str) -> None:
         """A load that timed out may still land: its name is never reused (a retry of the version gets a revision
@@ -378,6 +388,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             await self._unload([s for s in RESIDENT_SLOTS if self._sglang_holds(s) is not False])
             self.resident.created = self.resident.attached = False
             self.resident.active = None
+        await self.weight_session.close(self._sglang_call, quietly=True)
 
     async def _load_adapter_from_disk(self, name: str, path: str, version: int, fingerprint: str,
                                       canary: dict | None = None) -> None:

@@ -31,6 +31,7 @@ from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector, FlatAda
 from verl_sglang_lora.runtime.sync.metrics import SyncStats
 from verl_sglang_lora.runtime.sync.snapshot import write_snapshot
 from verl_sglang_lora.runtime.sync.versions import adapter_name
+from verl_sglang_lora.sglang_contract.installed import weight_update_session
 from verl_sglang_lora.sglang_contract.lora_request import request_to_json
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config, trainer_scaling
 from verl_sglang_lora.sglang_contract.update_session import update_session
@@ -112,8 +113,12 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
                     "config with the LoRA sync; the rollout would keep serving a stale adapter"
                 )
             return await self._sync_adapter(weights, peft_config, global_steps)
-        # SGLang >= 0.5.23 takes tensor updates only inside a weight-update session (opened by the TP leader)
-        async with update_session(self._http_call, None if self._is_leader() else False):
+        # SGLang >= 0.5.23 takes tensor updates only inside a weight-update session (opened by the TP leader); the
+        # resident writes' held session is closed first (SGLang refuses a second begin)
+        leader = self._is_leader()
+        if leader and self._resident is not None and weight_update_session():
+            await self.server_actor.close_weight_update_session.remote()
+        async with update_session(self._http_call, None if leader else False):
             return await super().update_weights(self._base_weights(weights), global_steps=global_steps, **kwargs)
 
     async def _http_call(self, endpoint: str, request: Any) -> Any:

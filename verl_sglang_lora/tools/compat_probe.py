@@ -512,12 +512,13 @@ def resident_reason(mode: str, ranks: int, base_unsafe: str | None = None) -> st
 
 
 def loader_request_flow() -> dict[str, Any]:
-    """The requests the server actor's loader call sends on this release (``update_request.send_loader_request``
-    with this release's structs), answered by a recorder: in order, and when the update is refused."""
+    """The requests the server actor sends for two in-place writes and the close before a base sync on this release
+    (``update_request.send_loader_request`` through one ``HeldSession``, this release's structs), answered by a
+    recorder: in order, and when the update or the begin is refused."""
     import asyncio
 
     from verl_sglang_lora.runtime.resident.update_request import send_loader_request
-    from verl_sglang_lora.sglang_contract.installed import weight_update_session
+    from verl_sglang_lora.sglang_contract.update_session import HeldSession
 
     def run(refuse: str | None) -> list[str]:
         sent: list[str] = []
@@ -528,8 +529,14 @@ def loader_request_flow() -> dict[str, Any]:
                 raise RuntimeError("refused")
             return True, "Success"
 
+        async def writes_then_close() -> None:
+            session = HeldSession()
+            for _ in range(2):
+                await send_loader_request(call, [b"x"], "pkg.loader", session)
+            await session.close(call)
+
         try:
-            asyncio.run(send_loader_request(call, [b"x"], "pkg.loader", weight_update_session()))
+            asyncio.run(writes_then_close())
         except RuntimeError:
             sent.append("raised")
         return sent

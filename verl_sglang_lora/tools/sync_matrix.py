@@ -24,7 +24,7 @@ slot's new version in ``extra_key`` as the plugin's do, so no prefix-cache flush
 tokenizer manager -- its exact error where it fails), and the floors: the copies (device-to-device and pinned
 host-to-device copies of the same bytes) and the loader request (``loader_request_floor``: a ``ping`` sent the way a
 write is sent -- empty header, answer on the reply channel -- which copies nothing: what SGLang's
-``update_weights_from_tensor`` path costs by itself, with the weight-update session around it on SGLang >= 0.5.23).
+``update_weights_from_tensor`` path costs by itself, inside the held weight-update session on SGLang >= 0.5.23).
 Correctness: the written slot byte-compared with SGLang's own load of the
 same adapter, and the log-probs served through it against that load's and the base model's; the last versioned and
 disk loads verified in the pool against the tensors they came from (the loader's ``verify``).
@@ -163,7 +163,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     from verl_sglang_lora.runtime.resident import LOADER_PATH
     from verl_sglang_lora.runtime.resident.requests import SLOTS, ResidentRequests, check_results, write_targets
     from verl_sglang_lora.runtime.resident.update_request import send_loader_request
-    from verl_sglang_lora.sglang_contract.installed import weight_update_session
+    from verl_sglang_lora.sglang_contract.update_session import HeldSession
     from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
     from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
     from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
@@ -190,7 +190,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     def unload(name: str) -> None:
         bench.call("unload_lora_adapter", io_struct.UnloadLoRAAdapterReqInput(lora_name=name))
 
-    session = weight_update_session()
+    session = HeldSession()  # SGLang >= 0.5.23: one weight-update session held across the writes, as the server
 
     session_calls_ms: dict[str, float] = {}  # the last send's requests, each round trip (the session's share)
 
@@ -203,7 +203,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
 
     def send(calls: list) -> None:
         session_calls_ms.clear()
-        for c in calls:  # as the server actor sends it (inside a weight-update session on SGLang >= 0.5.23)
+        for c in calls:  # as the server actor sends it
             bench.run(send_loader_request(timed_acall, c.blobs, LOADER_PATH, session))
 
     def check(calls: list) -> None:
@@ -255,7 +255,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
                        loader_ms=loader_ms, loader_copy_ms=result["copy_ns"] / 1e6,
                        loader_verify_ms=result["verify_ns"] / 1e6,
                        outbound_ms=round_trip - inbound - loader_ms, check_ms=(t_checked - t_back) * 1e3)
-            if session:  # SGLang >= 0.5.23: begin and end are round trips of their own
+            if session.required:  # SGLang >= 0.5.23: the session's round trips (begin only at its first write)
                 into.phase(**{f"session_{m.split('_')[0]}_ms": v for m, v in session_calls_ms.items()})
         return (t_checked - t0) * 1e3
 
@@ -348,6 +348,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             loads_proven[path] = PathTimes()
             guard(loads_proven[path], lambda path=path: loader(
                 [requests.call("verify", prev[path], flat.tensors, allow_unpinned=1)]))
+    closed = PathTimes()  # the held session closed as the server closes it (before a base sync, after a fallback)
+    guard(closed, lambda: bench.run(session.close(bench.acall)))
     for name in [*SLOTS, prev["versioned"], prev["disk"]]:
         if name:
             guard(PathTimes(), lambda name=name: unload(name))
@@ -374,7 +376,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             if ref is not None and "p50_ms" in row and row["path"] in PATHS:
                 row[f"speedup_vs_{base}"] = round(ref["p50_ms"] / row["p50_ms"], 2)
     return {"rank": rank, "rows": rows, "steady_request_ms": round(pct(steady, 0.5), 3),
-            "control_request_ms": round(control_ms, 3), "correctness": correct}
+            "control_request_ms": round(control_ms, 3), "correctness": correct,
+            "held_session_close": (closed.error or "closed") if session.required else None}
 
 
 def stock_client_state() -> str:

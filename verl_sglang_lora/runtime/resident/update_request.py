@@ -2,8 +2,9 @@
 
 Built from the release's declared fields (``flush_cache`` off: prefixes are keyed by version, ``prefix_tags``; a
 speculative draft model has no LoRA slots, so ``disable_draft_model`` or ``selector=target``). SGLang >= 0.5.23 takes
-a tensor update only inside ``begin_weight_update`` ... ``end_weight_update``; ``support.session_unsafe_base`` keeps
-the path off where the session's end would re-process base weights. The server actor, the sync matrix and the
+a tensor update only inside ``begin_weight_update`` ... ``end_weight_update``: the writes share one held session
+(``update_session.HeldSession``); ``support.session_unsafe_base`` keeps the path off where begin/end would touch the
+served base weights. The server actor, the sync matrix and the
 resident check send it through the same function, each with its own ``call``.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
-from verl_sglang_lora.sglang_contract.update_session import Call, update_session
+from verl_sglang_lora.sglang_contract.update_session import Call, HeldSession
 
 
 def update_request(blobs: list[Any], load_format: str) -> Any:
@@ -26,7 +27,6 @@ def update_request(blobs: list[Any], load_format: str) -> Any:
     return cls(**kwargs)
 
 
-async def send_loader_request(call: Call, blobs: list[Any], load_format: str, session: bool) -> None:
-    """The update, inside a weight-update session when ``session`` (``update_session`` closes one it opened)."""
-    async with update_session(call, session):
-        await call("update_weights_from_tensor", update_request(blobs, load_format))
+async def send_loader_request(call: Call, blobs: list[Any], load_format: str, session: HeldSession) -> None:
+    """The update, inside ``session`` where the release has them (held open for the next write)."""
+    await session.run(call, "update_weights_from_tensor", update_request(blobs, load_format))
