@@ -67,13 +67,13 @@ GPU_NONE = "not exercised (CPU contract only)"
 RESIDENT_GPU = {
     "0.5.12": "On the H200 (docs/benchmarks.md): 0.6B r8/r32 4.41/4.22 ms p50, 8B r8/r32 9.55/10.10 ms, byte-exact.",
     "0.5.23": (
-        "Every loader call runs inside `begin_weight_update(selector=target)` ... `end_weight_update` (0.5.23 refuses "
-        "tensor updates outside one); falls back, naming the reason, where the session's end would re-process base "
+        "Every loader call runs inside a `begin_weight_update(selector=target)` ... `end_weight_update` session "
+        "(0.5.23 refuses tensor updates outside one); falls back, naming the reason, where the session's end would re-process base "
         "weights: a quantized checkpoint, `rollout.quantization` / `engine_kwargs.sglang.quantization` / "
         "`torchao_config`, a mixture-of-experts base (`runtime/resident/support.py::session_unsafe_base`). On the "
         "H200 (session 15): 0.6B r8/r32 **21.05/23.08 ms** p50, byte-exact -- the loader's work is 1.9 ms as on "
-        "0.5.12, the session's two extra scheduler round trips cost the rest (docs/validation.md, next lever: one "
-        "standing session per launch)."
+        "0.5.12, the session's two extra scheduler round trips cost the rest (docs/validation.md). Since then the "
+        "writes share one held session (begun at the first write, closed before a base sync): not yet measured."
     ),
 }
 
