@@ -43,15 +43,19 @@ def test_bundle_batches_fit_the_limit_and_the_last_carries_the_checksums(tmp_pat
     assert out.strip().splitlines()[-1].count("install.sh /tmp/whl /tmp/site") == 1
 
 
-def test_megatron_batches_take_their_prefix_and_device_dir_and_no_install(tmp_path: Path) -> None:
+def test_megatron_batches_take_their_prefix_device_dir_and_install_hint(tmp_path: Path) -> None:
     (tmp_path / "m7").mkdir()  # a batch left from an earlier plan is replaced, the source folder kept
-    parts = files(tmp_path / "all", {"te.whl.part00": 2 * MIB, "te.whl.part01": 2 * MIB, "core.whl": MIB})
-    out = plan(parts, 3, BATCH_PREFIX="m", DEVICE_DIR="/tmp/mcore")
+    parts = files(tmp_path / "parts", {"te.whl.part00": 2 * MIB, "te.whl.part01": 2 * MIB, "core.whl": MIB,
+                                       "te_torch.tar.gz": MIB // 2, "SHA256SUMS": 10})
+    hint = "bash scripts/device/megatron_stack.sh build-bg /tmp/mcore"
+    out = plan(parts, 3, BATCH_PREFIX="m", DEVICE_DIR="/tmp/mcore", INSTALL_HINT=hint)
     got = batches(tmp_path, "m")
-    assert sorted(got) == ["m0", "m1"] and (tmp_path / "all").is_dir()
-    assert got["m0"] | got["m1"] == {"te.whl.part00", "te.whl.part01", "core.whl"}
+    assert sorted(got) == ["m0", "m1"] and (tmp_path / "parts").is_dir()
+    assert got["m0"] | got["m1"] == {"te.whl.part00", "te.whl.part01", "core.whl", "te_torch.tar.gz", "SHA256SUMS"}
+    assert "SHA256SUMS" in got["m1"]
     assert f"cp -a {os.path.relpath(tmp_path / 'm0', SCRIPT.parent.parent.parent)}/. /tmp/mcore/" in out
-    assert "install.sh" not in out and not (tmp_path / "m7").exists()
+    calls = [ln for ln in out.splitlines() if ln.strip().startswith("run(")]
+    assert calls[-1].endswith(f'&& {hint}")') and "install.sh" not in out and not (tmp_path / "m7").exists()
 
 
 def test_a_file_over_the_limit_is_refused_by_name(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Megatron + LoRA on the GPU host (docs/megatron_gpu.md).
-#   bash scripts/device/megatron_stack.sh build-bg [SRC_DIR]  # start TE's PyTorch extension build (setsid: outlives the call)
+#   bash scripts/device/megatron_stack.sh build-bg [SRC_DIR]  # start TE's PyTorch extension build (setsid: outlives the call;
+#                                                             # TE_TORCH_SITE=/tmp/site: against a bundle's torch)
 #   bash scripts/device/megatron_stack.sh build-status [WAIT_S] # its state; the wheel is copied to $OUT when done
 #   bash scripts/device/megatron_stack.sh run                   # STEPS=4, log $OUT/e2e_megatron.log
 # TransformerEngine's PyTorch extension exists only as an sdist: it is a C++ (no .cu) extension, compiled here
@@ -24,11 +25,37 @@ print(":".join(sorted({d for root in nvidia.__path__ for d in glob.glob(os.path.
 EOF
 }
 
-install_stack() {
+reassemble() {  # the parts build.py split (*.whl.partNN), then its checksums of the whole files
     (cd "$MC" && for first in *.whl.part00; do [ -e "$first" ] || continue; base=${first%.part00}
-        [ -f "$base" ] || cat "$base".part[0-9][0-9] > "$base"; done)
+        [ -f "$base" ] || cat "$base".part[0-9][0-9] > "$base"; done
+     [ ! -f SHA256SUMS ] || sha256sum --quiet -c SHA256SUMS) || { echo "== $MC: a file is missing or corrupt" >&2; exit 1; }
+}
+
+frontend_headers() {  # cudnn-frontend's headers (TE's extension includes cudnn_frontend.h), from its wheel
+    python3 - "$1" "$TEB/include" <<'EOF'
+import glob, os, sys, zipfile
+src, dest = sys.argv[1:]
+wheels = glob.glob(os.path.join(src, "nvidia_cudnn_frontend-*.whl"))
+if not wheels:
+    sys.exit(f"no nvidia_cudnn_frontend wheel in {src} (scripts/device/megatron_carry.sh carries it)")
+z = zipfile.ZipFile(wheels[0])
+header = next(n for n in z.namelist() if n.endswith("/cudnn_frontend.h"))
+root = header.rsplit("/", 1)[0] + "/"
+for n in z.namelist():
+    if n.startswith(root) and not n.endswith("/"):
+        out = os.path.join(dest, n[len(root):])
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "wb") as f:
+            f.write(z.read(n))
+print("cudnn-frontend headers from", os.path.basename(wheels[0]), "->", dest)
+EOF
+}
+
+install_stack() {
+    reassemble
     local te_torch=("$TEB"/wheel/transformer_engine_torch-*.whl "$MC"/transformer_engine_torch-*.whl)
-    local wheels=("$MC"/*.whl)
+    local wheels=()
+    for w in "$MC"/*.whl; do case $(basename "$w") in nvidia_cudnn_frontend-*) ;; *) wheels+=("$w") ;; esac; done
     for w in "${te_torch[@]}"; do [ -f "$w" ] && { wheels+=("$w"); break; }; done
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$MSITE" --upgrade "${wheels[@]}" 2>&1 \
         | grep -v "Target directory" || true
@@ -38,11 +65,13 @@ case "${1:-}" in
 build-bg)
     SRC=${2:-$MC}
     mkdir -p "$TEB/wheel"; rm -f "$TEB/rc"
-    [ -f "$SRC/cudnn_frontend_include.tgz" ] && tar xzf "$SRC/cudnn_frontend_include.tgz" -C "$TEB"
-    INC="$TEB/include:$(nvidia_includes)"
-    echo "== TE torch build started $(date +%T) (log $TEB/build.log)"
-    # no PYTHONPATH: the build uses the host's torch and setuptools only
-    env -u PYTHONPATH CPLUS_INCLUDE_PATH="$INC" NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE \
+    frontend_headers "$SRC" || exit 1  # the build needs only the sdist and this wheel: carry their batch first
+    # the torch the extension is built against: the host's (PYTHONPATH unset), or a bundle's with TE_TORCH_SITE
+    # (SGLang 0.5.23's bundle carries torch 2.14.1 and cuDNN 9.24: TE_TORCH_SITE=/tmp/site)
+    TORCH_PATH=${TE_TORCH_SITE:-}
+    INC="$TEB/include:$(PYTHONPATH=$TORCH_PATH nvidia_includes)"
+    echo "== TE torch build started $(date +%T) against $(PYTHONPATH=$TORCH_PATH python3 -c 'import torch; print(torch.__version__, torch.__file__)') (log $TEB/build.log)"
+    env PYTHONPATH="$TORCH_PATH" CPLUS_INCLUDE_PATH="$INC" NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE \
         NVTE_NO_LOCAL_VERSION=1 NVTE_CUDA_ARCHS=90 MAX_JOBS=${MAX_JOBS:-14} \
         setsid nohup bash -c "S=\$(date +%s); python3 -m pip wheel -v --no-index --no-build-isolation --no-deps \
             -w '$TEB/wheel' '$SRC'/transformer_engine_torch-*.tar.gz > '$TEB/build.log' 2>&1; \

@@ -4,19 +4,22 @@
 # first-fit decreasing, and print the device calls that carry them one after another.
 #
 #   bash scripts/offline_bundle/carry_plan.sh [PARTS=.whl/parts] [LIMIT_MIB=60]
-#   BATCH_PREFIX=m DEVICE_DIR=/tmp/mcore bash scripts/offline_bundle/carry_plan.sh .whl/mcore/all 58
+#   BATCH_PREFIX=m DEVICE_DIR=/tmp/mcore INSTALL_HINT="bash scripts/device/megatron_stack.sh build-bg /tmp/mcore" \
+#       bash scripts/offline_bundle/carry_plan.sh .whl/mcore/parts 58
 #
 # Batches are written beside PARTS, named BATCH_PREFIX0, BATCH_PREFIX1, ... (default b). Every call carries one
 # batch and copies it into DEVICE_DIR (default /tmp/whl; the machine keeps /tmp while warm, i.e. while the calls
-# follow each other within ~30 s). Where PARTS has a SHA256SUMS (the wheel bundle), it rides in the last batch,
-# whose call runs install.sh.
+# follow each other within ~30 s). Where PARTS has a SHA256SUMS (from build.py), it rides in the last batch, whose
+# call then runs INSTALL_HINT (default: install.sh of the wheel bundle into /tmp/site).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PARTS=${1:-$ROOT/.whl/parts}
 LIMIT_MIB=${2:-60}
-python3 - "$PARTS" "$LIMIT_MIB" "$ROOT" "${BATCH_PREFIX:-b}" "${DEVICE_DIR:-/tmp/whl}" <<'PY'
+DEVICE_DIR=${DEVICE_DIR:-/tmp/whl}
+INSTALL_HINT=${INSTALL_HINT:-bash scripts/offline_bundle/install.sh $DEVICE_DIR /tmp/site && export PYTHONPATH=/tmp/site && ...}
+python3 - "$PARTS" "$LIMIT_MIB" "$ROOT" "${BATCH_PREFIX:-b}" "$DEVICE_DIR" "$INSTALL_HINT" <<'PY'
 import os, shutil, sys
-parts, limit_mib, root, prefix, device_dir = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+parts, limit_mib, root, prefix, device_dir, install_hint = sys.argv[1], float(sys.argv[2]), *sys.argv[3:]
 limit = int(limit_mib * 2**20)
 base = os.path.dirname(os.path.abspath(parts))
 for d in os.listdir(base):
@@ -51,6 +54,6 @@ for i in range(len(bins)):
     src = f"{rel}/{prefix}{i}"
     cmd = f"mkdir -p {device_dir} && cp -al {src}/. {device_dir}/ 2>/dev/null || cp -a {src}/. {device_dir}/"
     if sums and i == len(bins) - 1:
-        cmd += f" && bash scripts/offline_bundle/install.sh {device_dir} /tmp/site && export PYTHONPATH=/tmp/site && ..."
+        cmd += f" && {install_hint}"
     print(f'  run(carry=["{src}"], command="{cmd}")')
 PY
