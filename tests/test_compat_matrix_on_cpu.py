@@ -209,7 +209,7 @@ def test_resident_support_per_release(probes, version):
     if SESSION[version]:  # one session held across both writes, closed on demand and after any refusal
         begin, end = "begin_weight_update:BeginWeightUpdateReqInput", "end_weight_update:EndWeightUpdateReqInput"
         assert flow == {"ok": [begin, update, update, end], "update_refused": [begin, update, end, "raised"],
-                        "begin_refused": [begin, end, "raised"]}
+                        "begin_refused": [begin, end, begin, end, "raised"]}
     else:
         assert flow == {"ok": [update, update], "update_refused": [update, "raised"], "begin_refused": [update, update]}
     if SESSION[version]:
@@ -231,7 +231,7 @@ def test_verl_http_client_is_made_concrete_for_the_release(probes, version):
         assert res["verl_instantiable"] is False
         assert res["verl_abstract"] == ["begin_weight_update", "end_weight_update"]
         assert res["sent"] == [
-            {"endpoint": "begin_weight_update", "body": {"selector": "target"}, "decodes": "BeginWeightUpdateReqInput"},
+            {"endpoint": "begin_weight_update", "body": {"selector": "all"}, "decodes": "BeginWeightUpdateReqInput"},
             {"endpoint": "end_weight_update", "body": {}, "decodes": "EndWeightUpdateReqInput"}]
     else:
         assert res["verl_instantiable"] is True and res["verl_abstract"] == [] and "sent" not in res

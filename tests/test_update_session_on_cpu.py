@@ -19,7 +19,7 @@ BEGIN, UPDATE, END = "begin_weight_update", "update_weights_from_tensor", "end_w
 def _any_release(monkeypatch):
     """The order logic on any installed release: the session's request structs (0.5.23's own, checked per release
     in the compat matrix) replaced by markers where the venv's SGLang has none."""
-    monkeypatch.setattr(session_module, "begin_request", lambda: "begin")
+    monkeypatch.setattr(session_module, "begin_request", lambda selector="target": f"begin:{selector}")
     monkeypatch.setattr(session_module, "end_request", lambda: "end")
 
 
@@ -33,6 +33,17 @@ class Recorder:
         if method in self.refuse:
             raise RuntimeError(f"{method} refused")
         return True, "Success"
+
+
+class OnceRefused(Recorder):
+    def __init__(self, method: str) -> None:
+        super().__init__({method})
+
+    async def __call__(self, method: str, request: Any) -> Any:
+        try:
+            return await super().__call__(method, request)
+        finally:
+            self.refuse.discard(method)
 
 
 def test_update_session_closes_what_it_opened_whatever_happens():
@@ -53,7 +64,8 @@ def test_update_session_closes_what_it_opened_whatever_happens():
     refused_begin = Recorder({BEGIN})
     with pytest.raises(RuntimeError, match="begin_weight_update refused"):
         asyncio.run(body(refused_begin, fail=False))
-    assert refused_begin.sent == [BEGIN, END]  # a timed-out begin may have opened one
+    # a session left open (a lost end) is closed and the begin tried once more; a timed-out begin may have opened one
+    assert refused_begin.sent == [BEGIN, END, BEGIN, END]
     off = Recorder()
 
     async def without() -> None:
@@ -87,6 +99,11 @@ def test_held_session_opens_once_and_closes_on_demand_or_failure():
     with pytest.raises(RuntimeError, match="update_weights_from_tensor refused"):
         asyncio.run(held.run(failing, UPDATE, None))
     assert failing.sent == [BEGIN, UPDATE, END] and not held.is_open
+
+    stale = OnceRefused(BEGIN)  # SGLang still holds a session whose end was lost: closed, then begun again
+    held = HeldSession(required=True)
+    asyncio.run(held.run(stale, UPDATE, None))
+    assert stale.sent == [BEGIN, END, BEGIN, UPDATE] and held.is_open
 
     no_end, held = Recorder({END}), HeldSession(required=True)
     asyncio.run(held.run(no_end, UPDATE, None))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Megatron + LoRA on the GPU host (docs/megatron_gpu.md).
 #   bash scripts/device/megatron_stack.sh build-bg [SRC_DIR]  # start TE's PyTorch extension build (setsid: outlives the call;
-#                                                             # TE_TORCH_SITE=/tmp/site: against a bundle's torch)
+#                                                             # against /tmp/site's torch where the bundle has one)
 #   bash scripts/device/megatron_stack.sh build-status [WAIT_S] # its state; the wheel is copied to $OUT when done
 #   bash scripts/device/megatron_stack.sh run                   # STEPS=4, log $OUT/e2e_megatron.log
 # TransformerEngine's PyTorch extension exists only as an sdist: it is a C++ (no .cu) extension, compiled here
@@ -26,8 +26,9 @@ EOF
 }
 
 reassemble() {  # the parts build.py split (*.whl.partNN), then its checksums of the whole files
-    (cd "$MC" && for first in *.whl.part00; do [ -e "$first" ] || continue; base=${first%.part00}
-        [ -f "$base" ] || cat "$base".part[0-9][0-9] > "$base"; done
+    (cd "$MC" || exit 1
+     for first in *.whl.part00; do [ -e "$first" ] || continue; base=${first%.part00}
+         cat "$base".part[0-9][0-9] > "$base"; done  # always anew: a file left half-written would fail every check
      [ ! -f SHA256SUMS ] || sha256sum --quiet -c SHA256SUMS) || { echo "== $MC: a file is missing or corrupt" >&2; exit 1; }
 }
 
@@ -66,9 +67,9 @@ build-bg)
     SRC=${2:-$MC}
     mkdir -p "$TEB/wheel"; rm -f "$TEB/rc"
     frontend_headers "$SRC" || exit 1  # the build needs only the sdist and this wheel: carry their batch first
-    # the torch the extension is built against: the host's (PYTHONPATH unset), or a bundle's with TE_TORCH_SITE
-    # (SGLang 0.5.23's bundle carries torch 2.14.1 and cuDNN 9.24: TE_TORCH_SITE=/tmp/site)
-    TORCH_PATH=${TE_TORCH_SITE:-}
+    # the torch the extension is built against, the one `run` imports: the bundle's when it carries one (SGLang
+    # 0.5.23's: torch 2.14.1 in /tmp/site, so install the bundle first), else the host's; TE_TORCH_SITE overrides
+    TORCH_PATH=${TE_TORCH_SITE-$([ -d /tmp/site/torch ] && echo /tmp/site)}
     INC="$TEB/include:$(PYTHONPATH=$TORCH_PATH nvidia_includes)"
     echo "== TE torch build started $(date +%T) against $(PYTHONPATH=$TORCH_PATH python3 -c 'import torch; print(torch.__version__, torch.__file__)') (log $TEB/build.log)"
     env PYTHONPATH="$TORCH_PATH" CPLUS_INCLUDE_PATH="$INC" NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE \

@@ -79,6 +79,8 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             logger.warning("sglang_lora: ignoring sleep_level=%s; fixed to %s by the LoRA config", value, self._sleep_level)
 
     async def _init_server_adapter(self) -> None:
+        if self._engine is not None:  # verl calls this before every release, resume and sync
+            return
         # verl's HTTP client is abstract under SGLang 0.5.23's EngineBase (verl_glue/http_engine.py)
         with concrete_client_in(sys.modules[_VerlServerAdapter.__module__]):
             await super()._init_server_adapter()
@@ -116,10 +118,16 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         # SGLang >= 0.5.23 takes tensor updates only inside a weight-update session (opened by the TP leader); the
         # resident writes' held session is closed first (SGLang refuses a second begin)
         leader = self._is_leader()
-        if leader and self._resident is not None and weight_update_session():
-            await self.server_actor.close_weight_update_session.remote()
-        async with update_session(self._http_call, None if leader else False):
-            return await super().update_weights(self._base_weights(weights), global_steps=global_steps, **kwargs)
+        try:
+            if leader and self._resident is not None and weight_update_session():
+                await self.server_actor.close_weight_update_session.remote()
+            # selector "all": verl's update names none, so it reaches every runner (a speculative draft too)
+            async with update_session(self._http_call, None if leader else False, selector="all"):
+                return await super().update_weights(self._base_weights(weights), global_steps=global_steps, **kwargs)
+        except Exception:
+            for _ in weights:  # the other ranks wait in the producer's collectives: finish them, then raise
+                pass
+            raise
 
     async def _http_call(self, endpoint: str, request: Any) -> Any:
         return await self._engine._make_async_request(endpoint, request_to_json(request))

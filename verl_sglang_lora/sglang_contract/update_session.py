@@ -7,6 +7,7 @@ client, a test's client); where the installed release has no session it does not
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -19,28 +20,47 @@ logger = logging.getLogger(__name__)
 Call = Callable[[str, Any], Awaitable[Any]]
 
 
-def begin_request() -> Any:
-    """Only the target model: a speculative draft has no LoRA slots and its base weights are not synced here."""
+def begin_request(selector: str = "target") -> Any:
+    """``target`` for the resident writes (a speculative draft has no LoRA slots); ``all`` for a base-weight sync,
+    whose update names no selector and so reaches every runner."""
     cls = io_struct("BeginWeightUpdateReqInput")
-    return cls(selector="target") if "selector" in struct_fields(cls) else cls()
+    return cls(selector=selector) if "selector" in struct_fields(cls) else cls()
 
 
 def end_request() -> Any:
     return io_struct("EndWeightUpdateReqInput")()
 
 
+async def _begin(call: Call, selector: str) -> None:
+    """Open a session. A refused begin may mean one was left open (an end that was lost, a begin that landed after its
+    timeout): that one is closed and the begin tried once more; a second refusal raises."""
+    try:
+        await call("begin_weight_update", begin_request(selector))
+        return
+    except asyncio.CancelledError:
+        await _end_quietly(call)
+        raise
+    except Exception as exc:  # noqa: BLE001 - retried once below, raised if it fails again
+        logger.warning("sglang_lora: begin_weight_update refused (%s); closing any open session and trying again", exc)
+        await _end_quietly(call)
+    try:
+        await call("begin_weight_update", begin_request(selector))
+    except BaseException:
+        await _end_quietly(call)  # a timed-out begin may have opened one
+        raise
+
+
 @asynccontextmanager
-async def update_session(call: Call, required: bool | None = None) -> AsyncIterator[bool]:
+async def update_session(call: Call, required: bool | None = None, selector: str = "target") -> AsyncIterator[bool]:
     """Hold a session around the body where ``required`` (default: the installed release has sessions); yields
-    whether one is open. A session this opened is always closed: a failed or timed-out begin may have opened one,
-    and SGLang refuses a second begin until it is closed."""
+    whether one is open. A session this opened is always closed (SGLang refuses a second begin until it is)."""
     if required is None:
         required = weight_update_session()
     if not required:
         yield False
         return
+    await _begin(call, selector)
     try:
-        await call("begin_weight_update", begin_request())
         yield True
     except BaseException:
         await _end_quietly(call)
@@ -75,11 +95,7 @@ class HeldSession:
         if not self.required:
             return await call(method, request)
         if not self.is_open:
-            try:
-                await call("begin_weight_update", begin_request())
-            except BaseException:
-                await _end_quietly(call)  # a timed-out begin may have opened one
-                raise
+            await _begin(call, "target")
             self.is_open = True
         try:
             return await call(method, request)

@@ -737,7 +737,10 @@ def stock_path(sg: SGLang) -> dict:
 
     out["launch"] = {engine: step(lambda engine=engine: stock_launch(sg, verl_utils, engine))
                      for engine in producers}
-    out["runtime"] = stock_runtime(mod.ServerAdapter, AsyncHttpServerAdapter)
+    try:
+        out["runtime"] = stock_runtime(mod.ServerAdapter, AsyncHttpServerAdapter)
+    except Exception as exc:  # noqa: BLE001 - a failed check, not a lost stock section
+        out["runtime"] = [{"stage": "probe", "ok": False, "error": _err(exc)}]
 
     def wrap(cfg: Any) -> tuple[dict, Any]:
         return mod.ServerAdapter.wrap_lora_params(types.SimpleNamespace(device_mesh=_Mesh(2)), cfg,

@@ -9,6 +9,7 @@ names; an abstract method it does not know raises, naming itself, when called --
 
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import contextmanager
 from types import ModuleType
@@ -23,11 +24,8 @@ logger = logging.getLogger(__name__)
 CLIENT_NAME = "AsyncHttpServerAdapter"
 
 
-async def _begin_weight_update(self: Any, selector: str | None = None) -> Any:
-    body = request_to_json(begin_request())
-    if selector is not None and "selector" in body:
-        body["selector"] = selector
-    return await self._make_async_request("begin_weight_update", body)
+async def _begin_weight_update(self: Any, selector: str = "all") -> Any:  # EngineBase's default selector
+    return await self._make_async_request("begin_weight_update", request_to_json(begin_request(selector)))
 
 
 async def _end_weight_update(self: Any) -> Any:
@@ -47,8 +45,10 @@ def _unknown(name: str):
     return refuse
 
 
+@functools.cache
 def concrete_client(base: type) -> type:
-    """``base`` itself where it is concrete, else a subclass filling its abstract methods (the known ones over HTTP)."""
+    """``base`` itself where it is concrete, else a subclass filling its abstract methods (the known ones over HTTP);
+    one class per base, published in this module under its name (so pickle finds it by reference)."""
     missing = sorted(getattr(base, "__abstractmethods__", ()))
     if not missing:
         return base
@@ -57,7 +57,9 @@ def concrete_client(base: type) -> type:
         logger.warning("sglang_lora: verl's %s lacks %s of SGLang %s's EngineBase; they raise if called",
                        base.__name__, unknown, sglang_version())
     methods = {m: KNOWN.get(m) or _unknown(m) for m in missing}
-    return type(base.__name__, (base,), {**methods, "__module__": __name__, "__qualname__": base.__name__})
+    cls = type(base.__name__, (base,), {**methods, "__module__": __name__, "__qualname__": base.__name__})
+    globals()[base.__name__] = cls
+    return cls
 
 
 @contextmanager
