@@ -251,3 +251,41 @@ def test_help_is_instant_and_imports_nothing_heavy():
     if script.exists():  # the console script of an installed package
         out = subprocess.run([str(script), "doctor", "--help"], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and "Hydra overrides" in out.stdout
+
+
+def test_a_cudnn_older_than_torch_was_built_for_fails_with_the_pin(tiny_qwen3, capsys, monkeypatch):
+    """The H200 case (torch 2.14.1 built for cuDNN 9.24 over the host's 9.19): torch's own check raises, the doctor
+    fails the row naming the wheel to install. torch's check is stood in for here: a CPU torch has no cuDNN."""
+    import torch
+
+    from verl_sglang_lora.tools import cuda_libs
+
+    code, out = doctor(capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA)
+    assert "cuDNN" not in rows(out)  # a CPU torch: nothing to check
+    message = ("cuDNN version incompatibility: PyTorch was compiled  against (9, 24, 0) but found runtime version "
+               "(9, 19, 0). PyTorch already comes bundled with cuDNN.")
+
+    def version() -> int:
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.cudnn, "version", version)
+    monkeypatch.setattr(cuda_libs, "torch_cudnn_pin", lambda: "nvidia-cudnn-cu13==9.24.0.43")
+    code, out = doctor(capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA)
+    table = rows(out)
+    assert code != 0 and status(table, "cuDNN") == FAIL
+    detail, fix = table["cuDNN"][0][1], out
+    assert "compiled against (9, 24, 0)" in detail and "pip install nvidia-cudnn-cu13==9.24.0.43" in fix
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 92400)
+    code, out = doctor(capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA)
+    assert status(rows(out), "cuDNN") == OK and "cuDNN 92400" in rows(out)["cuDNN"][0][1]
+
+
+def test_the_cudnn_pin_is_read_from_torch_requirements():
+    from verl_sglang_lora.tools.cuda_libs import cudnn_pin
+
+    # the requirement strings of torch 2.14.1's METADATA (cu13 wheel)
+    requires = ['nvidia-cuda-runtime==13.0.96; platform_system == "Linux"',
+                'nvidia-cudnn-cu13==9.24.0.43; platform_system == "Linux"', "filelock"]
+    assert cudnn_pin(requires) == "nvidia-cudnn-cu13==9.24.0.43"
+    assert cudnn_pin(["filelock", "sympy>=1.13.3"]) is None

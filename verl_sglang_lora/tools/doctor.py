@@ -355,6 +355,22 @@ class Doctor:
                          f"{INSTALL_HINTS[pkg]} (README, Install)")
         status, text = matrix_cell(self.versions["verl"], self.versions["sglang"])
         self.add("compat matrix", status, text, "" if status == OK else "see docs/compatibility.md")
+        if self.versions["torch"]:
+            self.guarded("cuDNN", self.check_cudnn)
+
+    def check_cudnn(self) -> None:
+        from verl_sglang_lora.tools.cuda_libs import cudnn_state, torch_cudnn_pin
+
+        state, text = cudnn_state()
+        if state == "absent":  # a CPU torch: nothing to check
+            return
+        if state == "ok":
+            self.add("cuDNN", OK, f"torch's check passes (cuDNN {text})")
+            return
+        pin = torch_cudnn_pin()
+        self.add("cuDNN", FAIL, f"{text} -- SGLang may serve, but the trainer's attention backward fails",
+                 f"install the cuDNN torch was built with: pip install {pin or 'the nvidia-cudnn wheel torch pins'} "
+                 "(the offline bundle for SGLang 0.5.23 carries it: docs/offline_bundle.md)")
 
     # registration -----------------------------------------------------------------------------------------
     def check_registration(self, probe: Probe) -> None:
