@@ -258,7 +258,7 @@ def test_a_cudnn_older_than_torch_was_built_for_fails_with_the_pin(tiny_qwen3, c
     fails the row naming the wheel to install. torch's check is stood in for here: a CPU torch has no cuDNN."""
     import torch
 
-    from verl_sglang_lora.tools import cuda_libs
+    from verl_sglang_lora.runtime import cuda_libs
 
     code, out = doctor(capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA)
     assert "cuDNN" not in rows(out)  # a CPU torch: nothing to check
@@ -280,12 +280,3 @@ def test_a_cudnn_older_than_torch_was_built_for_fails_with_the_pin(tiny_qwen3, c
     code, out = doctor(capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA)
     assert status(rows(out), "cuDNN") == OK and "cuDNN 92400" in rows(out)["cuDNN"][0][1]
 
-
-def test_the_cudnn_pin_is_read_from_torch_requirements():
-    from verl_sglang_lora.tools.cuda_libs import cudnn_pin
-
-    # the requirement strings of torch 2.14.1's METADATA (cu13 wheel)
-    requires = ['nvidia-cuda-runtime==13.0.96; platform_system == "Linux"',
-                'nvidia-cudnn-cu13==9.24.0.43; platform_system == "Linux"', "filelock"]
-    assert cudnn_pin(requires) == "nvidia-cudnn-cu13==9.24.0.43"
-    assert cudnn_pin(["filelock", "sympy>=1.13.3"]) is None

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from verl_sglang_lora.runtime.cuda_libs import warn_if_cudnn_mismatch
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import sleep_level
 from verl_sglang_lora.runtime.fault_injection import served_config
@@ -52,6 +53,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         check_config(self.config, self.model_config)
+        warn_if_cudnn_mismatch()
         self.lora = lora_plan(self.model_config)
         self._sleep_level = sleep_level(self.lora.as_adapter)
         self.settings = PluginSettings.from_rollout_config(self.config)

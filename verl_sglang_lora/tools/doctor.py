@@ -359,7 +359,7 @@ class Doctor:
             self.guarded("cuDNN", self.check_cudnn)
 
     def check_cudnn(self) -> None:
-        from verl_sglang_lora.tools.cuda_libs import cudnn_state, torch_cudnn_pin
+        from verl_sglang_lora.runtime.cuda_libs import cudnn_state, torch_cudnn_pin
 
         state, text = cudnn_state()
         if state == "absent":  # a CPU torch: nothing to check

@@ -1,4 +1,5 @@
-"""Whether the CUDA libraries torch loads are the ones it was built for (read by ``verl-sglang-lora doctor``).
+"""Whether the CUDA libraries torch loads are the ones it was built for (``verl-sglang-lora doctor``'s cuDNN row; the
+weight-sync client says it once per worker).
 
 A torch wheel pins its cuDNN (``nvidia-cudnn-cu*``); a host or bundle that brings an older one lets SGLang serve but
 fails the trainer: on the H200, torch 2.14.1 (cuDNN 9.24) over the host's 9.19 stopped the FSDP actor's first
@@ -9,7 +10,10 @@ fails the trainer: on the H200, torch 2.14.1 (cuDNN 9.24) over the host's 9.19 s
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import re
+
+logger = logging.getLogger(__name__)
 
 
 def cudnn_state() -> tuple[str, str]:
@@ -40,3 +44,13 @@ def torch_cudnn_pin() -> str | None:
         return cudnn_pin(importlib.metadata.requires("torch") or [])
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def warn_if_cudnn_mismatch() -> None:
+    """One error line in the trainer's worker, at start-up rather than at the first backward minutes later; not a
+    refusal: an attention path without cuDNN (flash-attn) may train regardless."""
+    state, text = cudnn_state()
+    if state == "mismatch":
+        logger.error("sglang_lora: %s -- the trainer's SDPA backward is expected to fail ('cuDNN Frontend error'); "
+                     "install the cuDNN torch was built with: pip install %s (verl-sglang-lora doctor checks it)",
+                     text, torch_cudnn_pin() or "the nvidia-cudnn wheel torch pins")
