@@ -5,7 +5,8 @@
 #   bash scripts/device/megatron_stack.sh build-status [WAIT_S] # its state; the wheel is copied to $OUT when done
 #   bash scripts/device/megatron_stack.sh run                   # STEPS=4, log $OUT/e2e_megatron.log
 # TransformerEngine's PyTorch extension exists only as an sdist: it is a C++ (no .cu) extension, compiled here
-# against the host's torch, CUDA toolkit and the nvidia-* pip headers (cuDNN, NCCL) plus cudnn-frontend's headers.
+# against the torch `run` imports (the bundle's in /tmp/site where it carries one, else the host's), the CUDA toolkit
+# and that torch's nvidia-* pip headers (cuDNN, NCCL) plus cudnn-frontend's headers (from its carried wheel).
 # The Megatron wheels are carried to MCORE_DIR (the TE core wheel in <= 61 MB parts: *.whl.partNN) and installed
 # into their own target in one pip call (pip --target --upgrade replaces a package directory that a later call
 # touches: TE's core, Python and torch wheels all write transformer_engine/).

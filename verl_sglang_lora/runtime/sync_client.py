@@ -5,7 +5,9 @@ Adapter syncs take the plugin's path: names resolved against the served checkpoi
 persistent flat device buffer, the load request built from the installed SGLang's struct, then one call to the
 server actor, which loads it under a versioned name (or writes it in place into a resident slot), switches to it
 atomically and runs the canary. Base-weight syncs (first sync in adapter mode, merge mode, no LoRA) keep verl's
-bucketed ``update_weights_from_tensor`` path, with names resolved and tensors moved to the device first. Memory release/resume is delegated to the server's ledger.
+bucketed ``update_weights_from_tensor`` path, with names resolved and tensors moved to the device first, inside one
+weight-update session where the release requires it (SGLang 0.5.23). Memory release/resume is delegated to the
+server's ledger.
 """
 
 from __future__ import annotations

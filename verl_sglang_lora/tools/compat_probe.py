@@ -515,8 +515,6 @@ def loader_request_flow() -> dict[str, Any]:
     """The requests the server actor sends for two in-place writes and the close before a base sync on this release
     (``update_request.send_loader_request`` through one ``HeldSession``, this release's structs), answered by a
     recorder: in order, and when the update or the begin is refused."""
-    import asyncio
-
     from verl_sglang_lora.runtime.resident.update_request import send_loader_request
     from verl_sglang_lora.sglang_contract.update_session import HeldSession
 
@@ -563,14 +561,10 @@ def http_client_session(client: type) -> dict[str, Any]:
     """verl's HTTP client under this release's ``EngineBase``: the abstract methods it lacks (stock verl cannot
     instantiate it where there are any), and the plugin's concrete client (``verl_glue.http_engine``): what its
     session methods send, each body decoded with the release's own request struct."""
-    import asyncio
-    import inspect
-
     from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_session
-    from verl_sglang_lora.verl_glue.http_engine import concrete_client
+    from verl_sglang_lora.verl_glue.http_engine import concrete_client, missing_methods
 
-    res: dict[str, Any] = {"verl_abstract": sorted(getattr(client, "__abstractmethods__", ())),
-                           "verl_instantiable": not inspect.isabstract(client)}
+    res: dict[str, Any] = {"verl_abstract": missing_methods(client), "verl_instantiable": not inspect.isabstract(client)}
     plugin_cls = concrete_client(client)
     res["plugin_instantiable"] = not inspect.isabstract(plugin_cls)
     if not weight_update_session():
@@ -680,12 +674,11 @@ def stock_runtime(adapter_cls: type, client_cls: type) -> list[dict[str, Any]]:
     """Three steps of verl's own run that a decode check does not reach, in run order, each run against this release
     (the H200 showed all three on SGLang 0.5.23): the launch's ``dataclasses.fields(ServerArgs)``, building its HTTP
     client under the release's ``EngineBase``, and its base-weight sync outside a weight-update session."""
-    import inspect
-
     import verl.workers.rollout.sglang_rollout as pkg
     from sglang.srt.server_args import ServerArgs
 
     from verl_sglang_lora.sglang_contract.installed import weight_update_session
+    from verl_sglang_lora.verl_glue.http_engine import missing_methods
 
     src = open(os.path.join(os.path.dirname(pkg.__file__), "async_sglang_server.py"), encoding="utf-8").read()
     out: list[dict[str, Any]] = []
@@ -696,7 +689,7 @@ def stock_runtime(adapter_cls: type, client_cls: type) -> list[dict[str, Any]]:
         except TypeError as exc:
             out.append({"stage": "launch_fields", "ok": False,
                         "error": f"launch_server: dataclasses.fields(ServerArgs): {_err(exc)}"})
-    missing = sorted(getattr(client_cls, "__abstractmethods__", ()))
+    missing = missing_methods(client_cls)
     out.append({"stage": "http_client", "ok": not missing})
     if missing:
         out[-1]["error"] = (f"Can't instantiate abstract class {client_cls.__name__} without {', '.join(missing)} "
@@ -784,12 +777,12 @@ def stock_path(sg: SGLang) -> dict:
             captured.update(endpoint=endpoint, payload=payload)
             return {"success": True}
 
-        # verl's real client method on an instance with only the transport replaced (abstract methods of the
-        # release's EngineBase, e.g. begin/end_weight_update on SGLang 0.5.23, are filled with no-ops)
-        client_cls = type("CapturingClient", (AsyncHttpServerAdapter,),
-                          {m: (lambda self, *a, **k: None) for m in getattr(AsyncHttpServerAdapter,
-                                                                            "__abstractmethods__", ())})
-        client = object.__new__(client_cls)
+        # verl's real client method on an instance with only the transport replaced (the class made concrete as the
+        # plugin makes it where the release's EngineBase declares more, e.g. begin/end_weight_update on 0.5.23;
+        # that stock verl cannot build it there is the "runtime" row's)
+        from verl_sglang_lora.verl_glue.http_engine import concrete_client
+
+        client = object.__new__(concrete_client(AsyncHttpServerAdapter))
         client._make_async_request = capture
         asyncio.run(client.load_lora_adapter_from_tensor(req))
         body = captured["payload"]

@@ -383,15 +383,15 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
 def stock_client_state() -> str:
     """Whether stock verl can build its own HTTP client on the installed SGLang (the timed row forwards its engine
     calls in-process, so it runs either way; a user's stock run does not)."""
-    import inspect
+    from verl_sglang_lora.verl_glue.http_engine import missing_methods
 
     try:
         from verl.workers.rollout.sglang_rollout.http_server_engine import AsyncHttpServerAdapter
     except Exception as exc:  # noqa: BLE001
         return f"not importable: {type(exc).__name__}: {exc}"
-    if not inspect.isabstract(AsyncHttpServerAdapter):
+    if not missing_methods(AsyncHttpServerAdapter):
         return "instantiable"
-    missing = ", ".join(sorted(AsyncHttpServerAdapter.__abstractmethods__))
+    missing = ", ".join(missing_methods(AsyncHttpServerAdapter))
     return (f"abstract under this SGLang's EngineBase (lacks {missing}): stock verl raises TypeError at its first "
             "sync; these figures are its adapter code with the engine calls forwarded")
 

@@ -45,11 +45,17 @@ def _unknown(name: str):
     return refuse
 
 
+def missing_methods(client: type) -> list[str]:
+    """The abstract methods ``client`` leaves unimplemented under the installed SGLang's ``EngineBase`` (verl cannot
+    instantiate it where there are any)."""
+    return sorted(getattr(client, "__abstractmethods__", ()))
+
+
 @functools.cache
 def concrete_client(base: type) -> type:
     """``base`` itself where it is concrete, else a subclass filling its abstract methods (the known ones over HTTP);
     one class per base, published in this module under its name (so pickle finds it by reference)."""
-    missing = sorted(getattr(base, "__abstractmethods__", ()))
+    missing = missing_methods(base)
     if not missing:
         return base
     unknown = [m for m in missing if m not in KNOWN]
