@@ -54,12 +54,13 @@ GPU_EVIDENCE = {
         "fallbacks). Not run: tp>1, actor TP/PP>1, more than one GPU."
     ),
     ("0.9.1", "0.5.23"): (
-        "partly, docs/validation.md sessions 14-15 (2026-12-04, one H200, tp=1, the torch 2.14.1 bundle): tests/gpu "
-        "passed (after 11d3677); the FSDP2 GRPO run launched, synced the base inside a weight-update session, "
-        "attached both resident slots and served version 0 in place (canary pass), then the actor's backward failed "
-        "on the host's cuDNN 9.19 under torch 2.14.1 (cuDNN 9.24 now in the bundle, not yet run); the 0.6B matrix: "
-        "in place 21-23 ms (the session's round trips), byte-exact. Stock verl's launch raised on the msgspec "
-        "ServerArgs (seen on the H200). Not run: 4 GRPO steps, Megatron, 8B."
+        "runs, docs/validation.md sessions 14-16 (2026-12-04, one H200, tp=1, the torch 2.14.1 bundle with cuDNN "
+        "9.24): tests/gpu passed (4 of 4, session 16); the FSDP2 GRPO example with the served-effect proof, 4 steps, "
+        "every sync in place (0 fallbacks, sync 7.9-10.3 ms), proof pass at steps 2-4 (k = 0.9998-1.0001, tol "
+        "+-0.032), 0 base-policy or stale samples; in the mis-scaled run (lora_alpha x 0.25 told to SGLang) "
+        "the attach guard turned the in-place path off and the proof stopped the run at k = 0.271; the sync matrix at 0.6B r8/r32/r128 and 8B r32/r128 with "
+        "every path, byte-exact. Stock verl: its launch raises on the msgspec ServerArgs (seen on the H200). "
+        "Not run: Megatron, tp>1, more than one GPU."
     ),
 }
 GPU_NONE = "not exercised (CPU contract only)"
@@ -67,13 +68,15 @@ GPU_NONE = "not exercised (CPU contract only)"
 RESIDENT_GPU = {
     "0.5.12": "On the H200 (docs/benchmarks.md): 0.6B r8/r32 4.41/4.22 ms p50, 8B r8/r32 9.55/10.10 ms, byte-exact.",
     "0.5.23": (
-        "Every loader call runs inside a `begin_weight_update(selector=target)` ... `end_weight_update` session "
-        "(0.5.23 refuses tensor updates outside one); falls back, naming the reason, where the session's end would re-process base "
-        "weights: a quantized checkpoint, `rollout.quantization` / `engine_kwargs.sglang.quantization` / "
-        "`torchao_config`, a mixture-of-experts base (`runtime/resident/support.py::session_unsafe_base`). On the "
-        "H200 (session 15): 0.6B r8/r32 **21.05/23.08 ms** p50, byte-exact -- the loader's work is 1.9 ms as on "
-        "0.5.12, the session's two extra scheduler round trips cost the rest (docs/validation.md). Since then the "
-        "writes share one held session (begun at the first write, closed before a base sync): not yet measured."
+        "Writes run inside SGLang's weight-update session (0.5.23 refuses tensor updates outside one): the server "
+        "actor begins one at the first write (`begin_weight_update(selector=target)`) and holds it, closing it before "
+        "a base-weight sync, after a fallback and at a relaunch; falls back, naming the reason, where the session's "
+        "end would re-process base weights: a quantized checkpoint, `rollout.quantization` / "
+        "`engine_kwargs.sglang.quantization` / `torchao_config`, a mixture-of-experts base "
+        "(`runtime/resident/support.py::session_unsafe_base`). On the H200 (session 16, held session): 0.6B "
+        "r8/r32/r128 **6.42/6.97/7.38 ms** p50, 8B r32/r128 **7.98/11.97 ms**, byte-exact; 0.5.23's own request path "
+        "costs 4.3-6.1 ms by itself (the header-only floor; 1.6-2.1 ms on 0.5.12), the loader 1.2-2.2 ms "
+        "(docs/benchmarks.md)."
     ),
 }
 
