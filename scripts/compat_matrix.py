@@ -76,7 +76,9 @@ RESIDENT_GPU = {
         "(`runtime/resident/support.py::session_unsafe_base`). On the H200 (session 16, held session): 0.6B "
         "r8/r32/r128 **6.42/6.97/7.38 ms** p50, 8B r32/r128 **7.98/11.97 ms**, byte-exact; 0.5.23's own request path "
         "costs 4.3-6.1 ms by itself (the header-only floor; 1.6-2.1 ms on 0.5.12), the loader 1.2-2.2 ms "
-        "(docs/benchmarks.md)."
+        "(docs/benchmarks.md). Built after that run, not yet measured on a GPU: the loader keeps the answer of "
+        "0.5.23's per-request derived-weight-cache check (a walk of every module on each update; "
+        "`runtime/resident/update_check_cache.py`)."
     ),
 }
 

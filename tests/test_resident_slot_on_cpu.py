@@ -181,6 +181,44 @@ def test_plan_matches_sglang_load_other_releases(release_probes, version):
         _assert_case(case, tp, rank)
 
 
+def _probe(release_probes, version: str) -> dict:
+    data = release_probes[version]
+    if "missing" in data:
+        msg = f"{data['missing']} is missing (bash scripts/sglang_release.sh {version})"
+        if _required():
+            pytest.fail(msg)
+        pytest.skip(msg)
+    assert "crashed" not in data, data["crashed"]
+    return data
+
+
+def test_update_check_kept_per_model_on_0523(release_probes):
+    """0.5.23 walks every module on each tensor update (``_unsupported_derived_weight_cache_error``): after the
+    loader's attach SGLang's real function is replaced by the cached one, which gives SGLang's answers, re-runs the
+    walk only every REVALIDATE_EVERY calls, and puts SGLang's function back when the answer changes."""
+    from verl_sglang_lora.runtime.resident.update_check_cache import KEPT, REVALIDATE_EVERY
+
+    u = _probe(release_probes, "0.5.23")["update_check"]
+    assert "error" not in u, u
+    assert u["install"] == KEPT and u["installed"] is True
+    assert u["answer"] is None and u["same_answers"] is True and u["modules"] > 200
+    assert u["full_runs"] == 1 + u["calls"] // REVALIDATE_EVERY
+    assert u["late_answers"] == ["None", "a derived cache appeared"]  # caught at the next revalidation
+    assert "a derived cache appeared" in u["stale"] and u["given_back"] is True
+    # the benchmark's side-by-side switch, through the loader's entry point: SGLang's own check, then the cached one
+    assert [(p["ok"], p["cached_in_place"]) for p in u["ping_switch"]] == [(True, False), (True, True)]
+    assert [p["message"].rsplit(": ", 1)[-1] for p in u["ping_switch"]] == ["SGLang's own", "cached"]
+
+
+def test_update_check_left_alone_where_sglang_has_no_walk(release_probes):
+    """0.5.18's check of that name reads a flag (no model); 0.5.12 has none: nothing is replaced."""
+    from verl_sglang_lora.runtime.resident import update_check_cache as U
+
+    assert _probe(release_probes, "0.5.18")["update_check"] == {"install": "absent", "installed": False}
+    sglang_or_skip("sglang.srt.lora.mem_pool")
+    assert U.install() == "absent" and U.installed() is None
+
+
 # ---- pieces that need no SGLang ------------------------------------------------------------------------------------
 def test_blocks_from_trace_strides_zeros_and_repeats():
     from verl_sglang_lora.runtime.resident.plan import Block, SourceSpec, blocks_from_trace

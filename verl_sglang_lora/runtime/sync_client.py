@@ -24,7 +24,7 @@ from verl_sglang_lora.runtime.cuda_libs import warn_if_cudnn_mismatch
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import sleep_level
 from verl_sglang_lora.runtime.fault_injection import served_config
-from verl_sglang_lora.runtime.resident.requests import ResidentRequests, check_results, write_targets
+from verl_sglang_lora.runtime.resident.requests import ResidentRequests, attach_summary, check_results, write_targets
 from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base
 from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
@@ -222,7 +222,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         ran = [calls[tuple(op_slot)] for op_slot in state.get("ran", [])]
         self._resident_attached = self._collector.layouts_built if state.get("attached") else -1
         self._resident_active = result.get("name") if result.get("action") in ("inplace", "ack") else None
-        return check_results(ran, self._served_scaling) if ran else None
+        verdict = check_results(ran, self._served_scaling) if ran else None
+        if verdict is None and any(c.op == "attach" for c in ran):
+            logger.info("sglang_lora: resident slots attached: %s", attach_summary(ran))
+        return verdict
 
     async def _snapshot(self, version: int, adapter: FlatAdapter, config: dict, global_steps: int | None) -> float:
         """Keep the adapter where a restarted server finds it (only with server_max_restarts > 0)."""

@@ -25,6 +25,9 @@ tokenizer manager -- its exact error where it fails), and the floors: the copies
 host-to-device copies of the same bytes) and the loader request (``loader_request_floor``: a ``ping`` sent the way a
 write is sent -- empty header, answer on the reply channel -- which copies nothing: what SGLang's
 ``update_weights_from_tensor`` path costs by itself, inside the held weight-update session on SGLang >= 0.5.23).
+Where the loader keeps the answer of SGLang's per-request update check (0.5.23: ``update_check_cache``), the write and
+the floor also run with SGLang's own check switched back in, interleaved (``inplace_sglang_check``,
+``loader_request_floor_sglang_check``).
 Correctness: the written slot byte-compared with SGLang's own load of the
 same adapter, and the log-probs served through it against that load's and the base model's; the last versioned and
 disk loads verified in the pool against the tensors they came from (the loader's ``verify``).
@@ -49,6 +52,8 @@ from verl_sglang_lora.sglang_contract.installed import io_struct as sglang_struc
 from verl_sglang_lora.tools.benchmarks import pct
 
 PATHS = ("inplace", "versioned", "disk", "verl_stock")
+UNCACHED_CHECK = "inplace_sglang_check"  # the in-place write with SGLang's own per-request update check in place
+FLOOR_SGLANG_CHECK = "loader_request_floor_sglang_check"  # the loader request floor, likewise
 PROMPT_IDS = [(17 * i + 3) % 1000 + 10 for i in range(24)]  # token ids: the checkpoints carry no tokenizer
 
 
@@ -161,7 +166,9 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     from sglang.srt.utils import MultiprocessingSerializer
 
     from verl_sglang_lora.runtime.resident import LOADER_PATH
-    from verl_sglang_lora.runtime.resident.requests import SLOTS, ResidentRequests, check_results, write_targets
+    from verl_sglang_lora.runtime.resident.requests import (SLOTS, ResidentRequests, attach_summary, check_results,
+                                                             write_targets)
+    from verl_sglang_lora.runtime.resident.update_check_cache import KEPT as UPDATE_CHECK_KEPT
     from verl_sglang_lora.runtime.resident.update_request import send_loader_request
     from verl_sglang_lora.sglang_contract.update_session import HeldSession
     from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
@@ -219,9 +226,12 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     requests = ResidentRequests(torch.device("cuda"))
     for slot in SLOTS:
         load_tensors(slot, pinned=True)
-    loader(requests.attach(flat.tensors, 0, flat.flat, flat.checksum))
+    attach = requests.attach(flat.tensors, 0, flat.flat, flat.checksum)
+    loader(attach)
     served = {"slot": SLOTS[0]}
-    times = {p: PathTimes() for p in PATHS}
+    # where the attach kept SGLang's per-request update check (0.5.23), the write also runs with SGLang's own check
+    paths = PATHS + ((UNCACHED_CHECK,) if UPDATE_CHECK_KEPT in attach_summary(attach) else ())
+    times = {p: PathTimes() for p in paths}
     prev = {"versioned": None, "disk": None}
     try:
         stock = stock_adapter(bench, config)
@@ -259,12 +269,15 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
                 into.phase(session_begin_ms=session_calls_ms["begin_weight_update"])
         return (t_checked - t0) * 1e3
 
-    def inplace(i: int) -> float:
+    def update_check(keep: bool) -> None:  # untimed: the ping switches the check for the requests after it
+        loader([requests.call("ping", served["slot"], on_reply_channel=True, update_check=int(keep))])
+
+    def inplace(i: int, path: str = "inplace") -> float:
         (slot,) = write_targets(served["slot"])  # the slot not served, as the client picks it
         t0 = time.perf_counter()
         # the idle slot's call only, as the client
         timed_call(lambda: requests.writes(1000 + i, flat.checksum, (slot,))[slot],
-                   times["inplace"] if i >= warmup else None)
+                   times[path] if i >= warmup else None)
         bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key
         served["slot"] = slot
         return (time.perf_counter() - t0) * 1e3
@@ -297,9 +310,18 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         stock(list(flat.tensors.items()))
         return (time.perf_counter() - t0) * 1e3
 
+    def inplace_sglang_check(i: int) -> float:
+        update_check(False)
+        try:
+            return inplace(i, UNCACHED_CHECK)
+        finally:
+            update_check(True)
+
     served_name = {"inplace": lambda: served["slot"], "versioned": lambda: prev["versioned"],
-                   "disk": lambda: prev["disk"], "verl_stock": lambda: SGLANG_LORA_NAME}
-    fns = {"inplace": inplace, "versioned": versioned, "disk": disk, "verl_stock": verl_stock}
+                   "disk": lambda: prev["disk"], "verl_stock": lambda: SGLANG_LORA_NAME,
+                   UNCACHED_CHECK: lambda: served["slot"]}
+    fns = {"inplace": inplace, "versioned": versioned, "disk": disk, "verl_stock": verl_stock,
+           UNCACHED_CHECK: inplace_sglang_check}
     control: list[float] = []
     for i in range(warmup + iters):
         refill(i)
@@ -311,7 +333,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         first = bench.timed_request(served["slot"])
         if i >= warmup:
             control.append(first)
-        for path in PATHS:
+        for path in paths:
             def one(path: str = path) -> None:
                 if settle_ms:
                     time.sleep(settle_ms / 1e3)
@@ -330,16 +352,25 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         if i >= warmup:
             steady.append((time.perf_counter() - t0) * 1e3)
     control_ms = pct(control, 0.5)
-    request_floor = PathTimes()
+    request_floor, floor_sglang_check = PathTimes(), PathTimes()
 
-    def pings() -> None:
-        for i in range(warmup + iters):
-            ms = timed_call(lambda: requests.call("ping", served["slot"], on_reply_channel=True),
-                            request_floor if i >= warmup else None)
-            if i >= warmup:
-                request_floor.sync.append(ms)
+    def ping(into: PathTimes, i: int) -> None:
+        ms = timed_call(lambda: requests.call("ping", served["slot"], on_reply_channel=True),
+                        into if i >= warmup else None)
+        if i >= warmup:
+            into.sync.append(ms)
 
-    guard(request_floor, pings)
+    def ping_sglang_check(i: int) -> None:
+        update_check(False)
+        try:
+            ping(floor_sglang_check, i)
+        finally:
+            update_check(True)
+
+    for i in range(warmup + iters):
+        guard(request_floor, lambda i=i: ping(request_floor, i))
+        if UNCACHED_CHECK in paths:  # the same ping with SGLang's own check, interleaved
+            guard(floor_sglang_check, lambda i=i: ping_sglang_check(i))
     floors = copy_floors(flat.flat, iters)
     correct = check_slot(bench, requests, served["slot"], load_tensors, loader)
     loads_proven: dict[str, PathTimes] = {}  # the last versioned and disk loads, byte for byte against their tensors
@@ -354,17 +385,19 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         if name:
             guard(PathTimes(), lambda name=name: unload(name))
     rows = []
-    for path in PATHS:
+    for path in paths:
         row = {"rank": rank, "path": path, "bytes": nbytes, "tensors": len(flat.entries), **times[path].row(control_ms, nbytes)}
-        row["correct"] = correct["ok"] if path == "inplace" else None
+        row["correct"] = correct["ok"] if path in ("inplace", UNCACHED_CHECK) else None
         if path == "verl_stock":
             row["stock_client"] = stock_client_state()
         if path in loads_proven:  # SGLang's own load of the last version, verified in the pool (loader op=verify)
             row["correct"] = loads_proven[path].error is None
             row["correct_detail"] = loads_proven[path].error or "pool bytes == the tensors sent (op=verify)"
         rows.append(row)
-    rows.append({"rank": rank, "path": "loader_request_floor", "bytes": 0, **request_floor.row(control_ms, 1),
-                 "first_request_ms": None, "first_batch_penalty_ms": None, "GBps": None, "correct": None})
+    for path, floor in (("loader_request_floor", request_floor), (FLOOR_SGLANG_CHECK, floor_sglang_check)):
+        if path != FLOOR_SGLANG_CHECK or UNCACHED_CHECK in paths:
+            rows.append({"rank": rank, "path": path, "bytes": 0, **floor.row(control_ms, 1), "first_request_ms": None,
+                         "first_batch_penalty_ms": None, "GBps": None, "correct": None})
     for path, samples in floors.items():
         p50 = pct(samples, 0.5)
         rows.append({"rank": rank, "path": path, "bytes": nbytes, "n": len(samples), "p50_ms": round(p50, 4),
@@ -373,7 +406,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     for row in rows:
         for base in ("versioned", "disk"):
             ref = next((r for r in rows if r["path"] == base and "p50_ms" in r), None)
-            if ref is not None and "p50_ms" in row and row["path"] in PATHS:
+            if ref is not None and "p50_ms" in row and row["path"] in paths:
                 row[f"speedup_vs_{base}"] = round(ref["p50_ms"] / row["p50_ms"], 2)
     return {"rank": rank, "rows": rows, "steady_request_ms": round(pct(steady, 0.5), 3),
             "control_request_ms": round(control_ms, 3), "correctness": correct,

@@ -24,8 +24,10 @@ Ops (``op=`` in the header name):
   verify   slot=<lora_name> [allow_unpinned=1] + adapter tensors: the bytes SGLang's own load put in the pool for
            any loaded adapter (made resident first) against those tensors, on this rank's slice: a versioned or disk
            load proven byte for byte, as a write is.
-  ping     slot=<lora_name>: nothing but the answer (with an empty header: on the slot's reply channel) -- the
-           fixed cost of a loader request through SGLang, which the benchmark sets beside the write.
+  ping     slot=<lora_name> [update_check=0|1]: nothing but the answer (with an empty header: on the slot's reply
+           channel) -- the fixed cost of a loader request through SGLang, which the benchmark sets beside the write;
+           ``update_check`` puts SGLang's own per-request check (0) or the cached one (1) in place for the requests
+           after it (``update_check_cache``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from .execute import pair_checksums, run_copies, slot_checksum
 from .mirror import Mirror, flat_checksum
 from .plan import CopyPair, SlotLayout, bind
 from .trace import trace_layout
+from .update_check_cache import install as keep_update_check_answer, select as select_update_check
 from .verify import compare_slots
 
 logger = logging.getLogger(__name__)
@@ -164,7 +167,10 @@ def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
 def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
     """Run one request; returns (status fields, message). Raises ``ResidentError`` on a failed guard."""
     if req.op == "ping":
-        return {}, "pong"
+        mode = req.get("update_check")  # the benchmark's switch for the requests after this one
+        if mode is None:
+            return {}, "pong"
+        return {}, f"pong; SGLang's per-request update check: {select_update_check(mode == '1')}"
     manager = find_lora_manager(model)
     uid, slot = _slot(manager, req)
     key = (id(manager), uid)
@@ -197,8 +203,10 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
         if req.get("write") == "1":
             fields.update(_copy(state.pairs, req.get("checksum", "1") == "1", state, _trainer_sum(req)))
             notify_slots_updated(manager, {slot})
+        check = keep_update_check_answer()  # SGLang's per-request module walk (0.5.23): most of a write's cost there
         return fields, (f"attached {len(state.pairs)} copies ({state.layout.copied_elements} elements)"
-                        + _how_verified(fields, reason))
+                        + _how_verified(fields, reason)
+                        + ("" if check == "absent" else f"; SGLang's per-request update check: {check}"))
     if req.op == "checksum":
         if state is None:
             raise ResidentError(11, "op=checksum needs an attached slot")

@@ -135,6 +135,11 @@ def _warn_unmirrored(call: LoaderCall, result: dict) -> None:
                    result.get("message") or "(no message)")
 
 
+def attach_summary(calls: list[LoaderCall]) -> str:
+    """What the loader said about each attach that ran (its layout, how it verifies, SGLang's update check)."""
+    return "; ".join(f"{c.slot}: {c.result().get('message') or '(no message)'}" for c in calls if c.op == "attach")
+
+
 def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str | None:
     """None when every call the server ran succeeded (checksums equal, no mismatch, the slot served at
     ``scaling``), else the reason."""

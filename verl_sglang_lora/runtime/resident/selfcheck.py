@@ -356,6 +356,52 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
     return out
 
 
+def update_check_facts(calls: int = 300) -> dict:
+    """SGLang's per-request derived-weight-cache check (0.5.23) against the loader's cached stand-in: same answers
+    on a Qwen3-shaped module tree, a changed answer caught and SGLang's function put back. Run after the cases, so
+    the loader's attach has already installed it (as in a scheduler)."""
+    from . import update_check_cache as U
+
+    state = U.install()
+    cached = U.installed()
+    out: dict[str, Any] = {"install": state, "installed": cached is not None}
+    if cached is None:
+        return out
+    original, module = cached.original, cached.module
+    with release_scope(1, 0, 16, 3):  # 14 stand-ins of 2 decoder layers: Qwen3-0.6B's 28
+        tree = torch.nn.Sequential(*[stand_in_model(1, 0) for _ in range(14)])
+    t0 = time.perf_counter()
+    want = original(tree)
+    out["sglang_check_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+    probe = U.CachedCheck(original, module)
+    t0 = time.perf_counter()
+    got = [probe(tree) for _ in range(calls)]
+    out["cached_check_ms"] = round((time.perf_counter() - t0) * 1e3 / calls, 4)
+    out.update(modules=sum(1 for _ in tree.modules()), answer=want, same_answers=all(g == want for g in got),
+               full_runs=probe.full_runs, calls=calls)
+    tree[3].model.layers[0]._derived_weight_cache_error = "a derived cache appeared"  # what a revalidation must catch
+    setattr(module, U.TARGET, probe)
+    late = [probe(tree) for _ in range(U.REVALIDATE_EVERY)]
+    out.update(late_answers=sorted(set(map(str, late))), stale=probe.stale,
+               given_back=getattr(module, U.TARGET) is original)
+    setattr(module, U.TARGET, cached)
+    out["ping_switch"] = [_ping_update_check(mode) for mode in (0, 1)]  # the benchmark's switch, through the loader
+    return out
+
+
+def _ping_update_check(mode: int) -> dict:
+    """A ping through the loader's entry point with ``update_check=mode``: its answer and the check in place after."""
+    from . import protocol as P
+    from . import update_check_cache as U
+    from .loader import apply
+
+    status, message = P.new_status(), P.new_message(512)
+    apply(None, P.request_tensors("ping", status, None, message, slot="verl_lora_slot0", seq=30 + mode,
+                                  update_check=mode))
+    return {"ok": P.read_status(status)["ok"], "message": P.read_message(message),
+            "cached_in_place": U.installed() is not None}
+
+
 def run(tp_sizes: list[int], ranks: list[int], max_rank: int) -> dict:
     import sglang
 
@@ -371,6 +417,10 @@ def run(tp_sizes: list[int], ranks: list[int], max_rank: int) -> dict:
 
                     result["cases"][key] = {"error": f"{type(exc).__name__}: {exc}",
                                             "traceback": traceback.format_exc(limit=-8)}
+    try:
+        result["update_check"] = update_check_facts()
+    except Exception as exc:  # noqa: BLE001 - reported, the cases stand
+        result["update_check"] = {"error": f"{type(exc).__name__}: {exc}"}
     return result
 
 
