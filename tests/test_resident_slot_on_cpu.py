@@ -162,26 +162,8 @@ def test_tp_ranks_get_different_slices_0512(cases_0512):
     assert a["attach_status"]["dst_checksum"] != b["attach_status"]["dst_checksum"]
 
 
-@pytest.mark.parametrize("version", list(SUBPROCESS_RELEASES))
-def test_plan_matches_sglang_load_other_releases(release_probes, version):
-    data = release_probes[version]
-    if "missing" in data:
-        msg = f"{data['missing']} is missing (bash scripts/sglang_release.sh {version})"
-        if _required():
-            pytest.fail(msg)
-        pytest.skip(msg)
-    assert "crashed" not in data, data["crashed"]
-    assert data["sglang_version"] == version
-    assert data["sglang_file"].startswith(str(ROOT / ".cache" / "sglang" / version))
-    want = {f"tp{t}.rank{k}.r{r}" for t in map(int, SUBPROCESS_RELEASES[version][1].split(","))
-            for k in range(t) for r in map(int, SUBPROCESS_RELEASES[version][3].split(","))}
-    assert set(data["cases"]) == want
-    for key, case in data["cases"].items():
-        tp, rank = int(key.split(".")[0][2:]), int(key.split(".r")[-1])
-        _assert_case(case, tp, rank)
-
-
 def _probe(release_probes, version: str) -> dict:
+    """The release's selfcheck JSON; skipped (failed under VERL_SGLANG_LORA_REQUIRE_SGLANG=1) where it is missing."""
     data = release_probes[version]
     if "missing" in data:
         msg = f"{data['missing']} is missing (bash scripts/sglang_release.sh {version})"
@@ -192,17 +174,37 @@ def _probe(release_probes, version: str) -> dict:
     return data
 
 
+@pytest.mark.parametrize("version", list(SUBPROCESS_RELEASES))
+def test_plan_matches_sglang_load_other_releases(release_probes, version):
+    data = _probe(release_probes, version)
+    assert data["sglang_version"] == version
+    assert data["sglang_file"].startswith(str(ROOT / ".cache" / "sglang" / version))
+    want = {f"tp{t}.rank{k}.r{r}" for t in map(int, SUBPROCESS_RELEASES[version][1].split(","))
+            for k in range(t) for r in map(int, SUBPROCESS_RELEASES[version][3].split(","))}
+    assert set(data["cases"]) == want
+    for key, case in data["cases"].items():
+        tp, rank = int(key.split(".")[0][2:]), int(key.split(".r")[-1])
+        _assert_case(case, tp, rank)
+
+
 def test_update_check_kept_per_model_on_0523(release_probes):
-    """0.5.23 walks every module on each tensor update (``_unsupported_derived_weight_cache_error``): after the
-    loader's attach SGLang's real function is replaced by the cached one, which gives SGLang's answers, re-runs the
-    walk only every REVALIDATE_EVERY calls, and puts SGLang's function back when the answer changes."""
+    """0.5.23 walks every module on each tensor update (``_unsupported_derived_weight_cache_error``): the loader's
+    attach puts the cached check in place of SGLang's real function, which SGLang's callers reach by module global;
+    loader writes get SGLang's answers from one walk per REVALIDATE_EVERY calls, other updates walk every time and
+    drop the kept answer, and a changed answer puts SGLang's function back."""
     from verl_sglang_lora.runtime.resident.update_check_cache import KEPT, REVALIDATE_EVERY
 
-    u = _probe(release_probes, "0.5.23")["update_check"]
+    data = _probe(release_probes, "0.5.23")
+    u = data["update_check"]
     assert "error" not in u, u
-    assert u["install"] == KEPT and u["installed"] is True
+    assert all(c["attach_message"].endswith(f"SGLang's per-request update check: {KEPT}") for c in data["cases"].values())
+    assert u["installed_by_attach"] is True and u["install"] == KEPT
+    assert u["sglang_callers"] == ["load_weights_from_distributed", "update_weights_from_disk",
+                                   "update_weights_from_ipc", "update_weights_from_tensor"]
+    assert u["caller_has_load_format"] is True
     assert u["answer"] is None and u["same_answers"] is True and u["modules"] > 200
-    assert u["full_runs"] == 1 + u["calls"] // REVALIDATE_EVERY
+    assert u["loader_walks"] == 1 + (u["calls"] - 1) // REVALIDATE_EVERY
+    assert u["other_walks"] == 4 and u["other_answers"] == ["None"]
     assert u["late_answers"] == ["None", "a derived cache appeared"]  # caught at the next revalidation
     assert "a derived cache appeared" in u["stale"] and u["given_back"] is True
     # the benchmark's side-by-side switch, through the loader's entry point: SGLang's own check, then the cached one
@@ -214,7 +216,9 @@ def test_update_check_left_alone_where_sglang_has_no_walk(release_probes):
     """0.5.18's check of that name reads a flag (no model); 0.5.12 has none: nothing is replaced."""
     from verl_sglang_lora.runtime.resident import update_check_cache as U
 
-    assert _probe(release_probes, "0.5.18")["update_check"] == {"install": "absent", "installed": False}
+    data = _probe(release_probes, "0.5.18")
+    assert data["update_check"] == {"install": "absent", "installed_by_attach": False}
+    assert not any("update check" in c["attach_message"] for c in data["cases"].values())
     sglang_or_skip("sglang.srt.lora.mem_pool")
     assert U.install() == "absent" and U.installed() is None
 

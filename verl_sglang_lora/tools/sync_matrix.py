@@ -270,7 +270,13 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         return (t_checked - t0) * 1e3
 
     def update_check(keep: bool) -> None:  # untimed: the ping switches the check for the requests after it
-        loader([requests.call("ping", served["slot"], on_reply_channel=True, update_check=int(keep))])
+        call = requests.call("ping", served["slot"], on_reply_channel=True, update_check=int(keep))
+        loader([call])
+        state = call.result()["message"].rsplit(": ", 1)[-1]
+        if state != ("cached" if keep else "SGLang's own"):  # e.g. given back after a revalidation: rows would lie
+            raise RuntimeError(f"the update-check switch answered {call.result()['message']!r}")
+
+    written: dict[str, str] = {}  # the slot each in-place path wrote last (the two alternate)
 
     def inplace(i: int, path: str = "inplace") -> float:
         (slot,) = write_targets(served["slot"])  # the slot not served, as the client picks it
@@ -278,6 +284,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         # the idle slot's call only, as the client
         timed_call(lambda: requests.writes(1000 + i, flat.checksum, (slot,))[slot],
                    times[path] if i >= warmup else None)
+        written[path] = slot
         bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key
         served["slot"] = slot
         return (time.perf_counter() - t0) * 1e3
@@ -372,7 +379,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         if UNCACHED_CHECK in paths:  # the same ping with SGLang's own check, interleaved
             guard(floor_sglang_check, lambda i=i: ping_sglang_check(i))
     floors = copy_floors(flat.flat, iters)
-    correct = check_slot(bench, requests, served["slot"], load_tensors, loader)
+    # each in-place path's last slot (both hold the last version) against SGLang's own load of it
+    correct = {path: check_slot(bench, requests, slot, load_tensors, loader) for path, slot in written.items()}
     loads_proven: dict[str, PathTimes] = {}  # the last versioned and disk loads, byte for byte against their tensors
     for path in ("versioned", "disk"):
         if prev[path]:
@@ -387,7 +395,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     rows = []
     for path in paths:
         row = {"rank": rank, "path": path, "bytes": nbytes, "tensors": len(flat.entries), **times[path].row(control_ms, nbytes)}
-        row["correct"] = correct["ok"] if path in ("inplace", UNCACHED_CHECK) else None
+        row["correct"] = correct[path]["ok"] if path in correct else None
         if path == "verl_stock":
             row["stock_client"] = stock_client_state()
         if path in loads_proven:  # SGLang's own load of the last version, verified in the pool (loader op=verify)

@@ -14,6 +14,8 @@ Modules, one job each:
   ``verify``   SGLang's own load into a slot, and a byte-exact slot-against-slot comparison.
   ``protocol`` the wire format: tensor-name header, status/message tensors.
   ``loader``   the ``--custom-weight-loader`` entry point (``verl_sglang_lora.runtime.resident.loader.apply``).
+  ``update_check_cache`` SGLang 0.5.23's per-request module walk before each tensor update, answered once per model
+               for the loader's own requests.
   ``selfcheck`` builds SGLang's real LoRAManager on a CPU stand-in model and checks the plan (tests, doctor).
   ``support``  whether the path applies (config and the installed SGLang's declarations), for both sides.
   ``requests`` the sync client's side: status tensors and the serialized loader calls, and their check.

@@ -46,7 +46,7 @@ from .execute import pair_checksums, run_copies, slot_checksum
 from .mirror import Mirror, flat_checksum
 from .plan import CopyPair, SlotLayout, bind
 from .trace import trace_layout
-from .update_check_cache import install as keep_update_check_answer, select as select_update_check
+from . import update_check_cache
 from .verify import compare_slots
 
 logger = logging.getLogger(__name__)
@@ -170,7 +170,9 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
         mode = req.get("update_check")  # the benchmark's switch for the requests after this one
         if mode is None:
             return {}, "pong"
-        return {}, f"pong; SGLang's per-request update check: {select_update_check(mode == '1')}"
+        if mode not in ("0", "1"):
+            raise ResidentError(1, f"op=ping update_check={mode!r}: 0 (SGLang's own check) or 1 (the kept answer)")
+        return {}, f"pong; SGLang's per-request update check: {update_check_cache.select(mode == '1')}"
     manager = find_lora_manager(model)
     uid, slot = _slot(manager, req)
     key = (id(manager), uid)
@@ -203,7 +205,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
         if req.get("write") == "1":
             fields.update(_copy(state.pairs, req.get("checksum", "1") == "1", state, _trainer_sum(req)))
             notify_slots_updated(manager, {slot})
-        check = keep_update_check_answer()  # SGLang's per-request module walk (0.5.23): most of a write's cost there
+        check = _keep_update_check_answer()
         return fields, (f"attached {len(state.pairs)} copies ({state.layout.copied_elements} elements)"
                         + _how_verified(fields, reason)
                         + ("" if check == "absent" else f"; SGLang's per-request update check: {check}"))
@@ -229,6 +231,16 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
     why = ("the write carried its own tensors (bound anew, not the attached layout's mirror)" if req.tensors
            else state.mirror_reason)
     return fields, "written" + _how_verified(fields, why)
+
+
+def _keep_update_check_answer() -> str:
+    """SGLang 0.5.23's per-request module walk, most of a write's cost there (``update_check_cache``); never fails an
+    attach whose copies already ran."""
+    try:
+        return update_check_cache.install()
+    except Exception as exc:  # noqa: BLE001 - the attach's result stands, the reply says what went wrong
+        logger.exception("verl resident loader: SGLang's per-request update check left as is")
+        return f"left as is: {type(exc).__name__}: {exc}"
 
 
 def _verify(manager: Any, uid: str, slot: int, req: P.Request, fields: dict[int, int]) -> tuple[dict[int, int], str]:

@@ -356,36 +356,60 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
     return out
 
 
+def update_weights_from_tensor(check: Callable[..., Any], model: Any, load_format: Any) -> Any:
+    """Named and shaped as SGLang's caller: the cached check reads ``load_format`` off its caller's frame."""
+    return check(model)
+
+
 def update_check_facts(calls: int = 300) -> dict:
-    """SGLang's per-request derived-weight-cache check (0.5.23) against the loader's cached stand-in: same answers
-    on a Qwen3-shaped module tree, a changed answer caught and SGLang's function put back. Run after the cases, so
-    the loader's attach has already installed it (as in a scheduler)."""
+    """SGLang's per-request derived-weight-cache check (0.5.23) against the loader's cached stand-in: SGLang's real
+    caller reaches it by module global; same answers on a Qwen3-shaped module tree, one walk per REVALIDATE_EVERY
+    loader writes and one per other update; a changed answer caught and SGLang's function put back. Run after the
+    cases, so the loader's attach has installed it, as in a scheduler."""
+    from . import LOADER_PATH
     from . import update_check_cache as U
 
-    state = U.install()
+    out: dict[str, Any] = {"installed_by_attach": U.installed() is not None}
     cached = U.installed()
-    out: dict[str, Any] = {"install": state, "installed": cached is not None}
     if cached is None:
+        out["install"] = U.install()
         return out
     original, module = cached.original, cached.module
+    callers = [name for name, fn in vars(module.WeightUpdater).items()
+               if U.TARGET in getattr(getattr(fn, "__code__", None), "co_names", ())]
+    caller = getattr(module.WeightUpdater, U.CALLER).__code__
+    out.update(sglang_callers=sorted(callers),
+               caller_has_load_format="load_format" in caller.co_varnames[:caller.co_argcount])
     with release_scope(1, 0, 16, 3):  # 14 stand-ins of 2 decoder layers: Qwen3-0.6B's 28
         tree = torch.nn.Sequential(*[stand_in_model(1, 0) for _ in range(14)])
+    walks = {"n": 0}
+
+    def counted(model: Any = None) -> Any:
+        walks["n"] += model is not None
+        return original(model)
+
     t0 = time.perf_counter()
     want = original(tree)
     out["sglang_check_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
-    probe = U.CachedCheck(original, module)
+    probe = U.CachedCheck(counted, module)
     t0 = time.perf_counter()
-    got = [probe(tree) for _ in range(calls)]
+    got = [update_weights_from_tensor(probe, tree, LOADER_PATH) for _ in range(calls)]
     out["cached_check_ms"] = round((time.perf_counter() - t0) * 1e3 / calls, 4)
     out.update(modules=sum(1 for _ in tree.modules()), answer=want, same_answers=all(g == want for g in got),
-               full_runs=probe.full_runs, calls=calls)
+               loader_walks=walks["n"], calls=calls)
+    walks["n"] = 0
+    other = [update_weights_from_tensor(probe, tree, None) for _ in range(3)]  # e.g. a base-weight update
+    update_weights_from_tensor(probe, tree, LOADER_PATH)
+    out["other_walks"] = walks["n"]  # 3 for the other updates, 1 for the loader write after them (kept answer dropped)
+    out["other_answers"] = sorted(set(map(str, other)))
     tree[3].model.layers[0]._derived_weight_cache_error = "a derived cache appeared"  # what a revalidation must catch
     setattr(module, U.TARGET, probe)
-    late = [probe(tree) for _ in range(U.REVALIDATE_EVERY)]
+    late = [update_weights_from_tensor(probe, tree, LOADER_PATH) for _ in range(U.REVALIDATE_EVERY)]
     out.update(late_answers=sorted(set(map(str, late))), stale=probe.stale,
-               given_back=getattr(module, U.TARGET) is original)
+               given_back=getattr(module, U.TARGET) is counted)
     setattr(module, U.TARGET, cached)
     out["ping_switch"] = [_ping_update_check(mode) for mode in (0, 1)]  # the benchmark's switch, through the loader
+    out["install"] = U.install()
     return out
 
 
