@@ -19,7 +19,7 @@ import ray, torch
 torch.multiprocessing.set_sharing_strategy("file_system")
 from tests.server_probe import start_probe_server
 from verl_sglang_lora.runtime.resident import selfcheck
-from verl_sglang_lora.runtime.resident.requests import ResidentRequests, SLOTS, check_results, write_targets
+from verl_sglang_lora.runtime.resident.requests import ResidentRequests, SLOTS, check_results, verify_for_push, write_targets
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
 from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
 from verl_sglang_lora.runtime.sync.metrics import SyncStats
@@ -75,6 +75,24 @@ served("r5")
 out["flushes"] = [c for c in ray.get(srv.calls.remote()) if c[0] == "flush"]
 out["generate_keys"] = ray.get(srv.generate_keys.remote())
 out["v6"] = push(6, None, failed="checksum mismatch (test)")
+# after the fallback the loader is still launched: each ordinary load is verified in SGLang's pool before it serves
+# (the sync client builds the verify for the version's name; the server runs it after the load)
+other_collector = AdapterCollector()
+
+def push_verified(version, name, other=False):
+    adapter = collector.collect(iter(selfcheck.peft_adapter(8, seed=version).items()), resolve)
+    source = other_collector.collect(iter(selfcheck.peft_adapter(8, seed=100 + version).items()), resolve) if other else adapter
+    push = AdapterPush(version, adapter.fingerprint, version, adapter_request_fields(config, adapter, 1),
+                       SyncStats(version=version))
+    call = verify_for_push(requests, push, source.tensors, name)  # as the sync client builds it
+    result = ray.get(srv.sync_adapter.remote(push))
+    ops = [c for c in ray.get(srv.calls.remote()) if c[0] in ("load_tensors", "loader")][-2:]
+    return {"action": result["action"], "name": result["name"], "verify": result["verify"], "ops": ops,
+            "check": check_results([call]) if (result["verify"] or {}).get("ran") else None, "result": call.result()}
+
+out["v7"] = push_verified(7, "verl_lora_v7")
+out["v8"] = push_verified(8, "verl_lora_v8_elsewhere")
+out["v9"] = push_verified(9, "verl_lora_v9", other=True)
 out["calls"] = [c for c in ray.get(srv.calls.remote()) if c[0] in ("load_tensors", "loader", "unload")]
 out["status"] = ray.get(srv.adapter_status.remote())
 print(json.dumps(out, default=str))
@@ -122,9 +140,21 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     assert calls[:2] == [("load_tensors", "verl_lora_slot0"), ("load_tensors", "verl_lora_slot1")]
     assert calls.count(("load_tensors", "verl_lora_v4")) == 1 and calls.count(("load_tensors", "verl_lora_v6")) == 1
     assert ("unload", "verl_lora_v4") in calls  # the loaded version is retired once a slot serves again
-    assert not any(c[0] == "unload" and c[1] in ("verl_lora_slot0", "verl_lora_slot1") for c in calls[:-2])
-    assert set(calls[-2:]) == {("unload", "verl_lora_slot0"), ("unload", "verl_lora_slot1")}
-    assert out["status"]["active_name"] == "verl_lora_v6"
+    v6_done = calls.index(("load_tensors", "verl_lora_v7"))
+    assert not any(c[0] == "unload" and c[1] in ("verl_lora_slot0", "verl_lora_slot1") for c in calls[:v6_done - 2])
+    assert set(calls[v6_done - 2:v6_done]) == {("unload", "verl_lora_slot0"), ("unload", "verl_lora_slot1")}
+    # ordinary loads after the fallback, each verified in SGLang's pool against the tensors sent, before activation
+    v7, v8, v9 = out["v7"], out["v8"], out["v9"]
+    assert (v7["action"], v7["name"], v7["verify"]) == ("load", "verl_lora_v7", {"ran": True})
+    assert [tuple(o) for o in v7["ops"]] == [("load_tensors", "verl_lora_v7"), ("loader", "op=verify")]
+    assert v7["check"] is None and v7["result"]["src_checksum"] == v7["result"]["dst_checksum"]
+    assert v7["result"]["copies"] > 0 and v7["result"]["message"].startswith("verified ")
+    # built for another name than SGLang holds the version under: not run, and the reply says why
+    assert v8["verify"]["ran"] is False and "verl_lora_v8_elsewhere" in v8["verify"]["reason"]
+    assert [tuple(o)[0] for o in v8["ops"]] == ["loader", "load_tensors"]  # no loader call after v8's load
+    # the pool holds other bytes than the tensors the verify names: the check fails with both checksums
+    assert v9["verify"] == {"ran": True} and "other bytes" in v9["check"] and "!=" in v9["check"]
+    assert out["status"]["active_name"] == "verl_lora_v9"
 
     # the prefix cache across in-place versions: no flush, each request keyed by its adapter's version (a slot keeps
     # its lora id, so KV of version 2 must never match under version 3); the canary is keyed the same way

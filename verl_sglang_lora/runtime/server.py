@@ -287,6 +287,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 if exc.status is None:  # no answer: SGLang may still finish this load after we gave up on it
                     self._retire_uncertain(name)
                 raise
+        verified = await self._verify_load(push, name) if action == "load" else None
         t_load = time.perf_counter()
         self.prefix_tags.set(name, push.version)  # before the switch: requests for it carry the new version's tag
         await self._activate(name, push.version, push.fingerprint, push.canary)
@@ -302,7 +303,24 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self._warn_if_metrics_unread()
         logger.info("sglang_lora: adapter %s active (version %d, %s) %s", name, push.version, action, stats)
         return {"action": action, "name": name, "version": push.version, "stats": dataclasses.asdict(stats),
-                "resident": {"ran": ran or [], **self._resident_state()}}
+                "resident": {"ran": ran or [], **self._resident_state()}, "verify": verified}
+
+    async def _verify_load(self, push: AdapterPush, name: str) -> dict[str, Any] | None:
+        """Run the client's loader ``verify`` of the version just loaded, before it serves (the loader answers on
+        the client's status tensor; the client reads it when this sync returns). None when the client sent none."""
+        if not push.verify:
+            return None
+        reason = None
+        if not self.resident_on:
+            reason = "this server was launched without the plugin's loader"
+        elif push.verify.get("name") != name:
+            reason = f"the verify was built for {push.verify.get('name')!r}, SGLang holds the version as {name!r}"
+        if reason is not None:
+            logger.warning("sglang_lora: version %d is not verified byte for byte in SGLang's pool: %s", push.version,
+                           reason)
+            return {"ran": False, "reason": reason}
+        await self._loader_call(push.verify["blobs"])
+        return {"ran": True}
 
     def _resident_state(self) -> dict[str, Any]:
         return {"attached": self.resident.attached, "disabled": self.resident.disabled}

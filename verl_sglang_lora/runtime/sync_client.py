@@ -24,7 +24,8 @@ from verl_sglang_lora.runtime.cuda_libs import warn_if_cudnn_mismatch
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import sleep_level
 from verl_sglang_lora.runtime.fault_injection import served_config
-from verl_sglang_lora.runtime.resident.requests import ResidentRequests, attach_summary, check_results, write_targets
+from verl_sglang_lora.runtime.resident.requests import (ResidentRequests, attach_summary, check_load_verify,
+                                                         check_results, verify_for_push, write_targets)
 from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base
 from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
@@ -65,6 +66,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config),
                                                        session_unsafe_base(self.model_config, self.config))
         self._resident = ResidentRequests(current_device()) if on and current_device() is not None else None
+        self._load_verifier = self._resident  # the loader stays launched after a fallback: ordinary loads verified
         self._resident_attached = -1  # the collector layout the server's slots are attached to (-1: none)
         self._resident_active: str | None = None  # the slot the server served after the last sync (None: unknown)
         self._served_scaling: float | None = None  # the trainer's peft scaling, which SGLang's lora_alpha / r must equal
@@ -179,9 +181,11 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             snapshot_ms=snapshot_ms, total_ms=round((time.perf_counter() - t0) * 1e3, 2),
         )
         push = AdapterPush(version, adapter.fingerprint, global_steps, fields, stats, canary, resident)
+        verify = verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
         result = await self.server_actor.sync_adapter.remote(push)
         if result["action"] == "need_fields":  # e.g. a restarted server holds no slots yet
             push.request_fields = self._request_fields(config_dict, adapter)
+            verify = verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
             result = await self.server_actor.sync_adapter.remote(push)
         failed = self._check_resident(result, calls)
         if failed:
@@ -189,8 +193,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
                          "ordinary way and turning the resident path off", failed, version)
             push.resident, push.resident_failed = None, failed
             push.request_fields = self._request_fields(config_dict, adapter)
+            verify = verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
             result = await self.server_actor.sync_adapter.remote(push)
             self._resident = None
+        check_load_verify(result, verify)
         logger.info("sglang_lora: adapter sync %s", result)
         return result
 

@@ -24,6 +24,10 @@ SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
 logger = logging.getLogger(__name__)
 
 
+class LoadVerifyError(RuntimeError):
+    """SGLang's pool holds other bytes for a loaded version than the trainer sent: the run must not go on with it."""
+
+
 @dataclass
 class LoaderCall:
     """One loader op for the server actor: the serialized named-tensor list per TP rank, and its status tensor."""
@@ -67,10 +71,11 @@ class ResidentRequests:
         return self._pair("write", slot)
 
     def call(self, op: str, slot: str, adapter: dict[str, torch.Tensor] | None = None,
-             flat: torch.Tensor | None = None, on_reply_channel: bool = False, **fields: Any) -> LoaderCall:
+             flat: torch.Tensor | None = None, on_reply_channel: bool = False, pair: str | None = None,
+             **fields: Any) -> LoaderCall:
         """One loader op. ``on_reply_channel``: the header is empty and the loader answers on the pair this
         client's attach of ``slot`` handed over (``attach`` below) -- nothing is zeroed, the seq tells the answers
-        apart."""
+        apart. ``pair``: the status pair's key where it is not ``slot`` (a name that changes every version)."""
         from sglang.srt.utils import MultiprocessingSerializer
 
         self.seq += 1
@@ -78,7 +83,7 @@ class ResidentRequests:
             status, message = self._channel(slot)
             named = P.request_tensors(op, self._empty, slot=slot, seq=self.seq, **fields)
         else:
-            status, message = self._pair(op, slot)
+            status, message = self._pair(op, pair or slot)
             status.zero_()
             message.zero_()
             reply = self._channel(slot) if op == "attach" else None
@@ -105,6 +110,11 @@ class ResidentRequests:
                 self.call("compare", SLOTS[1], ref=SLOTS[0]),
                 self.call("checksum", SLOTS[1], on_reply_channel=True),
                 self.call("ping", SLOTS[0], on_reply_channel=True)]
+
+    def verify_load(self, name: str, adapter: dict[str, torch.Tensor]) -> LoaderCall:
+        """The loader's ``verify`` of an ordinary load named ``name``: SGLang's pool bytes for it (made resident)
+        against ``adapter`` (views of the flat buffer), on this rank's slice."""
+        return self.call("verify", name, adapter, pair="loaded_version", allow_unpinned=1)
 
     def writes(self, version: int, checksum: tuple[int, int], slots: tuple[str, ...] = SLOTS) -> dict[str, LoaderCall]:
         """An in-place write for each of ``slots``, carrying the trainer's checksum of its flat buffer (the one the
@@ -171,3 +181,33 @@ def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str 
             return (f"checksum {call.slot}: the slot reads {r['dst_checksum']} on the reply channel, its write left "
                     f"{written[call.slot]}")
     return None
+
+
+def verify_for_push(verifier: ResidentRequests | None, push: Any, adapter: dict[str, torch.Tensor],
+                    name: str) -> LoaderCall | None:
+    """The loader's ``verify`` of ``push``'s ordinary load under ``name`` (the name the server gives a version's
+    first load), set on ``push.verify``: the server runs it only when it loads the version (an in-place sync is
+    proven by its write). None where no loader runs (``verifier`` None: TP > 1, launched without it) or the push
+    carries no load."""
+    if verifier is None or not push.request_fields:
+        push.verify = None
+        return None
+    call = verifier.verify_load(name, adapter)
+    push.verify = {"name": name, "blobs": call.blobs}
+    return call
+
+
+def check_load_verify(result: dict, call: LoaderCall | None) -> None:
+    """Stop the run when SGLang's pool holds other bytes for the loaded version than the trainer sent; say so when
+    the server could not run the check."""
+    state = result.get("verify")
+    if call is None or not state:
+        return
+    if not state.get("ran"):
+        logger.warning("sglang_lora: version %s loaded without the byte-level check: %s", result.get("version"),
+                       state.get("reason"))
+        return
+    failed = check_results([call])
+    if failed:
+        raise LoadVerifyError(f"sglang_lora: SGLang serves version {result.get('version')} as {result.get('name')} "
+                              f"with other bytes than the trainer sent (loader verify): {failed}")

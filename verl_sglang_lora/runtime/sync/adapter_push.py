@@ -29,6 +29,9 @@ class AdapterPush:
     # then {"writes": {slot: blobs}}; request_fields may then be empty (the server asks for them when it needs them)
     resident: dict[str, Any] | None = None
     resident_failed: str | None = None  # the client's check of an in-place write failed: load this version instead
+    # a loader ``verify`` of the ordinary load (TP 1, loader launched): {"name": the version's expected name,
+    # "blobs": the request}; the server runs it after the load, before the version serves
+    verify: dict[str, Any] | None = None
 
 
 def adapter_request_fields(

@@ -1,0 +1,54 @@
+"""The sync client's side of the byte-level check of ordinary loads (loader ``verify``): the request it hands the
+server for the version's name, and what it does with the loader's answer. The server side and the real loader on
+SGLang's real pool are driven in tests/test_resident_actor_on_cpu.py."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from tests.conftest import sglang_or_skip
+from verl_sglang_lora.runtime.resident import protocol as P
+from verl_sglang_lora.runtime.resident.requests import (LoadVerifyError, ResidentRequests, check_load_verify,
+                                                         verify_for_push)
+from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
+from verl_sglang_lora.runtime.sync.metrics import SyncStats
+
+
+ADAPTER = {"base_model.model.layers.0.mlp.down_proj.lora_A.weight": torch.ones(2, 4)}
+
+
+def _push(fields: dict) -> AdapterPush:
+    return AdapterPush(7, "fp", 7, fields, SyncStats(version=7))
+
+
+def test_the_verify_names_the_version_and_only_rides_with_a_load():
+    sglang_or_skip("sglang.srt.utils")
+    verifier = ResidentRequests(torch.device("cpu"))
+    push = _push({"config_dict": {}})
+    call = verify_for_push(verifier, push, ADAPTER, "verl_lora_v7")
+    assert call.op == "verify" and push.verify == {"name": "verl_lora_v7", "blobs": call.blobs}
+    again = verify_for_push(verifier, _push({"config_dict": {}}), ADAPTER, "verl_lora_v8")
+    assert again.status is call.status  # one status pair for every version's verify, not one per name
+    assert verify_for_push(verifier, _push({}), ADAPTER, "verl_lora_v7") is None  # an in-place push: no load
+    no_loader = _push({"config_dict": {}})
+    assert verify_for_push(None, no_loader, ADAPTER, "verl_lora_v7") is None and no_loader.verify is None
+
+
+def test_a_mismatch_stops_the_run_and_a_skipped_check_is_loud(caplog):
+    sglang_or_skip("sglang.srt.utils")
+    call = verify_for_push(ResidentRequests(torch.device("cpu")), _push({"config_dict": {}}), ADAPTER, "verl_lora_v7")
+    result = {"version": 7, "name": "verl_lora_v7", "verify": {"ran": True}}
+    P.write_status(call.status, {P.STATE: P.OK, P.SEQ: call.seq, P.N_COPIES: 1})  # the loader's answer: equal
+    check_load_verify(result, call)
+    P.write_message(call.message, "the pool holds other bytes for 'verl_lora_v7' than the tensors sent: slot "
+                                  "checksum (1, 2) != source (3, 4)")
+    P.write_status(call.status, {P.STATE: P.FAILED, P.ERROR: 12, P.SEQ: call.seq})
+    with pytest.raises(LoadVerifyError, match=r"verl_lora_v7 with other bytes.*\(1, 2\) != source \(3, 4\)"):
+        check_load_verify(result, call)
+    with caplog.at_level(logging.WARNING):
+        check_load_verify({"version": 7, "verify": {"ran": False, "reason": "built for another name"}}, call)
+    assert "loaded without the byte-level check: built for another name" in caplog.text
+    check_load_verify({"version": 7, "verify": None}, call)  # an in-place sync: nothing to check
