@@ -33,6 +33,9 @@ def test_the_verify_names_the_version_and_only_rides_with_a_load():
     again = verify_for_push(verifier, _push({"config_dict": {}}), ADAPTER, "verl_lora_v8")
     assert again.status is call.status  # one status pair for every version's verify, not one per name
     assert verify_for_push(verifier, _push({}), ADAPTER, "verl_lora_v7") is None  # an in-place push: no load
+    attach = _push({"config_dict": {}})
+    attach.resident = {"attach": [], "slot_fields": {}}  # its slot is compared with SGLang's own load instead
+    assert verify_for_push(verifier, attach, ADAPTER, "verl_lora_v7") is None and attach.verify is None
     no_loader = _push({"config_dict": {}})
     assert verify_for_push(None, no_loader, ADAPTER, "verl_lora_v7") is None and no_loader.verify is None
 
@@ -50,5 +53,12 @@ def test_a_mismatch_stops_the_run_and_a_skipped_check_is_loud(caplog):
         check_load_verify(result, call)
     with caplog.at_level(logging.WARNING):
         check_load_verify({"version": 7, "verify": {"ran": False, "reason": "built for another name"}}, call)
+        P.write_message(call.message, "No available buffer slots")  # the loader could not decide: not a mismatch
+        P.write_status(call.status, {P.STATE: P.FAILED, P.ERROR: 2, P.SEQ: call.seq})
+        check_load_verify(result, call)
+        P.write_status(call.status, {P.STATE: P.OK, P.SEQ: call.seq - 1})  # an older request's answer
+        check_load_verify(result, call)
     assert "loaded without the byte-level check: built for another name" in caplog.text
+    assert "did not decide: verify verl_lora_v7" in caplog.text and "No available buffer slots" in caplog.text
+    assert "never answered request" in caplog.text
     check_load_verify({"version": 7, "verify": None}, call)  # an in-place sync: nothing to check

@@ -125,7 +125,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         # resident writes' held session is closed first (SGLang refuses a second begin)
         leader = self._is_leader()
         try:
-            if leader and self._resident is not None and weight_update_session():
+            if leader and self._load_verifier is not None and weight_update_session():  # writes or verifies
                 await self.server_actor.close_weight_update_session.remote()
             # selector "all": verl's update names none, so it reaches every runner (a speculative draft too)
             async with update_session(self._http_call, None if leader else False, selector="all"):
