@@ -94,7 +94,7 @@ def push_verified(version, name, other=False):
     except Exception as exc:
         check = f"{type(exc).__name__}: {exc}"
     return {"action": result["action"], "name": result["name"], "verify": result["verify"], "ops": ops,
-            "check": check, "result": call.result()}
+            "check": check, "result": call.result(), "load_verified": result["stats"]["load_verified"]}
 
 out["v7"] = push_verified(7, "verl_lora_v7")
 out["v8"] = push_verified(8, "verl_lora_v8_elsewhere")
@@ -155,6 +155,7 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     assert [tuple(o) for o in v7["ops"]] == [("load_tensors", "verl_lora_v7"), ("loader", "op=verify")]
     assert v7["check"] is None and v7["result"]["src_checksum"] == v7["result"]["dst_checksum"]
     assert v7["result"]["copies"] > 0 and v7["result"]["message"].startswith("verified ")
+    assert (v7["load_verified"], out["v8"]["load_verified"]) == (1, 0)  # sglang_lora/sync_load_verified
     # built for another name than SGLang holds the version under: not run, and the reply says why
     assert v8["verify"]["ran"] is False and "verl_lora_v8_elsewhere" in v8["verify"]["reason"]
     assert [tuple(o)[0] for o in v8["ops"]] == ["loader", "load_tensors"]  # no loader call after v8's load

@@ -23,7 +23,7 @@ START=$(date +%s)
 STEPS=${PROOF_STEPS:-8} timeout "${E2E_TIMEOUT:-480}" bash examples/run_qwen3_lora_fsdp.sh "${ARGS[@]}" > "$LOG" 2>&1
 RC=$?
 echo "== proof $MODE rc=$RC wall=$(( $(date +%s) - START ))s ${VERL_SGLANG_LORA_INJECT:+($VERL_SGLANG_LORA_INJECT)}"
-python3 scripts/device/step_table.py "$LOG" training/rollout_probs_diff_mean timing_s/update_weights sglang_lora/sync_version sglang_lora/sync_inplace sglang_lora/resident_fallbacks \
+python3 scripts/device/step_table.py "$LOG" training/rollout_probs_diff_mean timing_s/update_weights sglang_lora/sync_version sglang_lora/sync_inplace sglang_lora/sync_load_verified sglang_lora/resident_fallbacks \
     sglang_lora/served_effect_ratio sglang_lora/served_effect_tol sglang_lora/served_effect_snr \
     sglang_lora/expected_effect_rms sglang_lora/served_noise_rms sglang_lora/served_effect_verdict
 grep -E "fault_injection: served_scale|RESIDENT IN-PLACE SYNC OFF|ServedEffectMismatch|served-effect check" "$LOG" \

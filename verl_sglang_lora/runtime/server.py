@@ -296,6 +296,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         await self.set_global_steps(push.global_steps if push.global_steps is not None else push.version)
         stats = push.stats
         stats.inplace = int(action == "inplace")
+        stats.load_verified = int(bool(verified and verified["ran"]))
         stats.load_ms = round((t_load - t0) * 1e3, 2)
         stats.activate_ms = round((time.perf_counter() - t_load) * 1e3, 2)
         stats.total_ms = round(stats.total_ms + (time.perf_counter() - t0) * 1e3, 2)

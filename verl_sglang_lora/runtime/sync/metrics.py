@@ -34,6 +34,7 @@ class SyncStats:
     activate_ms: float = figure(MAX, 0.0)  # switch, unload of stale versions, cache flush
     total_ms: float = figure(MAX, 0.0)  # client start to activation (the Ray reply is not counted)
     inplace: int = figure(SUM)  # 1 when the version was written in place into a resident slot
+    load_verified: int = figure(SUM)  # 1 when the loader's verify of an ordinary load ran (a mismatch stops the run)
 
     def as_metrics(self) -> dict[str, float]:
         return {f"{PREFIX}sync_{k}": float(v) for k, v in asdict(self).items()}
