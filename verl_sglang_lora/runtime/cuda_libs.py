@@ -46,11 +46,16 @@ def torch_cudnn_pin() -> str | None:
         return None
 
 
+def cudnn_fix() -> str:
+    """What to do about a mismatch, with the pin torch declares."""
+    pin = torch_cudnn_pin() or "the nvidia-cudnn wheel torch pins"
+    return f"install the cuDNN torch was built with: pip install {pin}"
+
+
 def warn_if_cudnn_mismatch() -> None:
     """One error line in the trainer's worker, at start-up rather than at the first backward minutes later; not a
     refusal: an attention path without cuDNN (flash-attn) may train regardless."""
     state, text = cudnn_state()
     if state == "mismatch":
         logger.error("sglang_lora: %s -- the trainer's SDPA backward is expected to fail ('cuDNN Frontend error'); "
-                     "install the cuDNN torch was built with: pip install %s (verl-sglang-lora doctor checks it)",
-                     text, torch_cudnn_pin() or "the nvidia-cudnn wheel torch pins")
+                     "%s (verl-sglang-lora doctor checks it)", text, cudnn_fix())

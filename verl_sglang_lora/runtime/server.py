@@ -307,8 +307,9 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 "resident": {"ran": ran or [], **self._resident_state()}, "verify": verified}
 
     async def _verify_load(self, push: AdapterPush, name: str) -> dict[str, Any] | None:
-        """Run the client's loader ``verify`` of the version just loaded, before it serves (the loader answers on
-        the client's status tensor; the client reads it when this sync returns). None when the client sent none."""
+        """Run the client's loader ``verify`` of the version just loaded, before its activation. The loader answers
+        on the client's status tensor, which only the client reads, when this sync returns: a mismatch stops the run
+        there, before a rollout uses the version. None when the client sent none."""
         if not push.verify:
             return None
         reason = None

@@ -24,8 +24,9 @@ from verl_sglang_lora.runtime.cuda_libs import warn_if_cudnn_mismatch
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import sleep_level
 from verl_sglang_lora.runtime.fault_injection import served_config
-from verl_sglang_lora.runtime.resident.requests import (ResidentRequests, attach_summary, check_load_verify,
-                                                         check_results, verify_for_push, write_targets)
+from verl_sglang_lora.runtime.resident.requests import (LoaderCall, ResidentRequests, attach_summary,
+                                                         check_load_verify, check_results, verify_for_push,
+                                                         write_targets)
 from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base
 from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
@@ -181,19 +182,22 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             snapshot_ms=snapshot_ms, total_ms=round((time.perf_counter() - t0) * 1e3, 2),
         )
         push = AdapterPush(version, adapter.fingerprint, global_steps, fields, stats, canary, resident)
+
+        def with_load_fields() -> LoaderCall | None:  # the ordinary load's fields, and the loader's verify of it
+            push.request_fields = self._request_fields(config_dict, adapter)
+            return verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
+
         verify = verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
         result = await self.server_actor.sync_adapter.remote(push)
         if result["action"] == "need_fields":  # e.g. a restarted server holds no slots yet
-            push.request_fields = self._request_fields(config_dict, adapter)
-            verify = verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
+            verify = with_load_fields()
             result = await self.server_actor.sync_adapter.remote(push)
         failed = self._check_resident(result, calls)
         if failed:
             logger.error("sglang_lora: in-place adapter write failed its check (%s); loading version %d the "
                          "ordinary way and turning the resident path off", failed, version)
             push.resident, push.resident_failed = None, failed
-            push.request_fields = self._request_fields(config_dict, adapter)
-            verify = verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
+            verify = with_load_fields()
             result = await self.server_actor.sync_adapter.remote(push)
             self._resident = None
         check_load_verify(result, verify)

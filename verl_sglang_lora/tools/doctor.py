@@ -359,7 +359,7 @@ class Doctor:
             self.guarded("cuDNN", self.check_cudnn)
 
     def check_cudnn(self) -> None:
-        from verl_sglang_lora.runtime.cuda_libs import cudnn_state, torch_cudnn_pin
+        from verl_sglang_lora.runtime.cuda_libs import cudnn_fix, cudnn_state
 
         state, text = cudnn_state()
         if state == "absent":  # a CPU torch: nothing to check
@@ -367,10 +367,8 @@ class Doctor:
         if state == "ok":
             self.add("cuDNN", OK, f"torch's check passes (cuDNN {text})")
             return
-        pin = torch_cudnn_pin()
         self.add("cuDNN", FAIL, f"{text} -- SGLang may serve, but the trainer's attention backward fails",
-                 f"install the cuDNN torch was built with: pip install {pin or 'the nvidia-cudnn wheel torch pins'} "
-                 "(the offline bundle for SGLang 0.5.23 carries it: docs/offline_bundle.md)")
+                 f"{cudnn_fix()} (the offline bundle for SGLang 0.5.23 carries it: docs/offline_bundle.md)")
 
     # registration -----------------------------------------------------------------------------------------
     def check_registration(self, probe: Probe) -> None:

@@ -35,6 +35,7 @@ disk loads verified in the pool against the tensors they came from (the loader's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -42,7 +43,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -229,8 +230,10 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     attach = requests.attach(flat.tensors, 0, flat.flat, flat.checksum)
     loader(attach)
     served = {"slot": SLOTS[0]}
-    # where the attach kept SGLang's per-request update check (0.5.23), the write also runs with SGLang's own check
-    paths = PATHS + ((UNCACHED_CHECK,) if UPDATE_CHECK_KEPT in attach_summary(attach) else ())
+    # where the attach kept SGLang's per-request update check (0.5.23), the write and the floor also run with SGLang's
+    # own check switched back in
+    side_by_side = UPDATE_CHECK_KEPT in attach_summary(attach)
+    paths = PATHS + ((UNCACHED_CHECK,) if side_by_side else ())
     times = {p: PathTimes() for p in paths}
     prev = {"versioned": None, "disk": None}
     try:
@@ -276,6 +279,14 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         if state != ("cached" if keep else "SGLang's own"):  # e.g. given back after a revalidation: rows would lie
             raise RuntimeError(f"the update-check switch answered {call.result()['message']!r}")
 
+    @contextlib.contextmanager
+    def sglang_check() -> Iterator[None]:  # the body's requests with SGLang's own check, the cached one after
+        update_check(False)
+        try:
+            yield
+        finally:
+            update_check(True)
+
     written: dict[str, str] = {}  # the slot each in-place path wrote last (the two alternate)
 
     def inplace(i: int, path: str = "inplace") -> float:
@@ -318,11 +329,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         return (time.perf_counter() - t0) * 1e3
 
     def inplace_sglang_check(i: int) -> float:
-        update_check(False)
-        try:
+        with sglang_check():
             return inplace(i, UNCACHED_CHECK)
-        finally:
-            update_check(True)
 
     served_name = {"inplace": lambda: served["slot"], "versioned": lambda: prev["versioned"],
                    "disk": lambda: prev["disk"], "verl_stock": lambda: SGLANG_LORA_NAME,
@@ -368,15 +376,12 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             into.sync.append(ms)
 
     def ping_sglang_check(i: int) -> None:
-        update_check(False)
-        try:
+        with sglang_check():
             ping(floor_sglang_check, i)
-        finally:
-            update_check(True)
 
     for i in range(warmup + iters):
         guard(request_floor, lambda i=i: ping(request_floor, i))
-        if UNCACHED_CHECK in paths:  # the same ping with SGLang's own check, interleaved
+        if side_by_side:  # the same ping with SGLang's own check, interleaved
             guard(floor_sglang_check, lambda i=i: ping_sglang_check(i))
     floors = copy_floors(flat.flat, iters)
     # each in-place path's last slot (both hold the last version) against SGLang's own load of it
@@ -402,10 +407,12 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             row["correct"] = loads_proven[path].error is None
             row["correct_detail"] = loads_proven[path].error or "pool bytes == the tensors sent (op=verify)"
         rows.append(row)
-    for path, floor in (("loader_request_floor", request_floor), (FLOOR_SGLANG_CHECK, floor_sglang_check)):
-        if path != FLOOR_SGLANG_CHECK or UNCACHED_CHECK in paths:
-            rows.append({"rank": rank, "path": path, "bytes": 0, **floor.row(control_ms, 1), "first_request_ms": None,
-                         "first_batch_penalty_ms": None, "GBps": None, "correct": None})
+    request_floors = [("loader_request_floor", request_floor)]
+    if side_by_side:
+        request_floors.append((FLOOR_SGLANG_CHECK, floor_sglang_check))
+    for path, floor in request_floors:
+        rows.append({"rank": rank, "path": path, "bytes": 0, **floor.row(control_ms, 1), "first_request_ms": None,
+                     "first_batch_penalty_ms": None, "GBps": None, "correct": None})
     for path, samples in floors.items():
         p50 = pct(samples, 0.5)
         rows.append({"rank": rank, "path": path, "bytes": nbytes, "n": len(samples), "p50_ms": round(p50, 4),
@@ -430,11 +437,11 @@ def stock_client_state() -> str:
         from verl.workers.rollout.sglang_rollout.http_server_engine import AsyncHttpServerAdapter
     except Exception as exc:  # noqa: BLE001
         return f"not importable: {type(exc).__name__}: {exc}"
-    if not missing_methods(AsyncHttpServerAdapter):
+    missing = missing_methods(AsyncHttpServerAdapter)
+    if not missing:
         return "instantiable"
-    missing = ", ".join(missing_methods(AsyncHttpServerAdapter))
-    return (f"abstract under this SGLang's EngineBase (lacks {missing}): stock verl raises TypeError at its first "
-            "sync; these figures are its adapter code with the engine calls forwarded")
+    return (f"abstract under this SGLang's EngineBase (lacks {', '.join(missing)}): stock verl raises TypeError at "
+            "its first sync; these figures are its adapter code with the engine calls forwarded")
 
 
 def stock_adapter(bench: EngineBench, config: dict) -> Callable[[list], None]:

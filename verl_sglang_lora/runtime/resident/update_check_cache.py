@@ -60,7 +60,6 @@ class CachedCheck:
     original: Callable[..., Optional[str]]
     module: Any
     revalidate_every: int = REVALIDATE_EVERY
-    full_runs: int = 0
     stale: Optional[str] = None  # set once a revalidation disagreed (SGLang's function is back in place)
     _kept: dict[int, _Kept] = field(default_factory=dict, repr=False)
 
@@ -85,7 +84,6 @@ class CachedCheck:
 
     def _walk(self, model: Any) -> Optional[str]:
         """SGLang's own check; keeps what the module walk alone decided (the answer unless it is the model=None one)."""
-        self.full_runs += 1
         answer = self.original(model)
         try:
             ref = weakref.ref(model)

@@ -30,7 +30,7 @@ class AdapterPush:
     resident: dict[str, Any] | None = None
     resident_failed: str | None = None  # the client's check of an in-place write failed: load this version instead
     # a loader ``verify`` of the ordinary load (TP 1, loader launched): {"name": the version's expected name,
-    # "blobs": the request}; the server runs it after the load, before the version serves
+    # "blobs": the request}; the server runs it after the load, before activation (the client reads its answer)
     verify: dict[str, Any] | None = None
 
 

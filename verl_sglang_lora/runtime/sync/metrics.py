@@ -30,7 +30,7 @@ class SyncStats:
     collect_ms: float = figure(MAX, 0.0)  # trainer stream -> flat device buffer, names checked, fingerprint
     request_ms: float = figure(MAX, 0.0)  # request fields built for the installed SGLang (IPC handles)
     snapshot_ms: float = figure(MAX, 0.0)  # recovery snapshot written (server_max_restarts > 0)
-    load_ms: float = figure(MAX, 0.0)  # SGLang's load, inside the server actor
+    load_ms: float = figure(MAX, 0.0)  # SGLang's load (with its verify where one ran), inside the server actor
     activate_ms: float = figure(MAX, 0.0)  # switch, unload of stale versions, cache flush
     total_ms: float = figure(MAX, 0.0)  # client start to activation (the Ray reply is not counted)
     inplace: int = figure(SUM)  # 1 when the version was written in place into a resident slot
