@@ -8,7 +8,8 @@
 # Prerequisites (checked first by scripts/setup_cpu_env.sh, one message and exit 2 if missing): Python 3.11
 # exactly (python3.11 or PYTHON=...), its pip, and torch 2.13.0's CPU wheel (cp311) in a pip find-links dir.
 # Environment: .venv (scripts/setup_cpu_env.sh), .cache/sglang/<each SGLang release>
-# (scripts/sglang_release.sh), .cache/verl/<each verl release but the venv's> (scripts/verl_release_env.sh);
+# (scripts/sglang_release.sh), .cache/verl/<each verl release but the venv's> (scripts/verl_release_env.sh),
+# .cache/megatron_bridge/<the Megatron carry's> (scripts/megatron_bridge_release.sh);
 # the releases are listed once, in verl_sglang_lora/releases.json. The release dirs are built side by side (as
 # many at a time as there are cores). Every step is idempotent and takes about a second when already done.
 # Tests run on pytest-xdist workers, one per core, a test file per worker (--dist loadfile: module fixtures that
@@ -31,12 +32,14 @@ t0=$SECONDS
 say "1/3 CPU test environment .venv (scripts/setup_cpu_env.sh; a fresh machine: ~1-2 min, mostly downloads)"
 bash scripts/setup_cpu_env.sh
 
-say "2/3 release dirs under .cache/: SGLang ${SGLANG_RELEASES[*]}, verl ${VERL_RELEASES[*]} ($CORES at a time; each installed and its version checked: the compat tests import it)"
+say "2/3 release dirs under .cache/: SGLang ${SGLANG_RELEASES[*]}, verl ${VERL_RELEASES[*]}, megatron-bridge ($CORES at a time; each installed and its version checked: the compat tests import it)"
 LOGS="$ROOT/.cache/logs"
 mkdir -p "$LOGS"
 jobs_=()
 for v in "${SGLANG_RELEASES[@]}"; do jobs_+=("sglang_release.sh $v"); done
 for v in "${VERL_RELEASES[@]}"; do jobs_+=("verl_release_env.sh $v"); done
+# megatron-bridge (the Megatron carry's) under SGLang 0.5.23's transformers: the registration guard's test
+jobs_+=("megatron_bridge_release.sh $(sed -n 's/^megatron-bridge==\([^ ]*\).*/\1/p' scripts/offline_bundle/requirements-megatron.lock)")
 for j in "${jobs_[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$CORES" ]; do wait -n || true; done
   read -r script version <<< "$j"

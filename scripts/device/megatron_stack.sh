@@ -100,8 +100,14 @@ run)
     source scripts/device/env.sh
     install_stack
     export PYTHONPATH=$PYTHONPATH:$MSITE
-    python3 -c "import transformer_engine.pytorch, megatron.core; from megatron.bridge import AutoBridge; \
-from megatron.bridge.peft.utils import *; print('megatron stack imports: TE', transformer_engine.__version__)" 2>&1 | tail -3
+    # TE opens cuDNN from CUDNN_HOME, else CUDA_HOME or the host interpreter's purelib (not /tmp/site): point it at
+    # the cuDNN the bundle's torch loads, so one process does not hold two
+    CUDNN_LIB=$(ls /tmp/site/nvidia/cudnn/lib/libcudnn.so.* 2>/dev/null | head -1)
+    [ -n "$CUDNN_LIB" ] && export CUDNN_HOME=${CUDNN_HOME:-$(dirname "$(dirname "$CUDNN_LIB")")}
+    # torch first, as verl imports it: its own CUDA libraries load before TE's loader looks for any
+    python3 -c "import torch, transformer_engine.pytorch, megatron.core; import verl_sglang_lora.register; \
+from megatron.bridge import AutoBridge; from megatron.bridge.peft.utils import *; \
+print('megatron stack imports: torch', torch.__version__, 'TE', transformer_engine.__version__)" 2>&1 | tail -3
     # no flash-attn wheel here; TE's cuDNN fused attention failed in the backward on the H200 (docs/megatron_gpu.md)
     ATTN_BACKEND=${ATTN_BACKEND:-unfused} E2E_TIMEOUT=${E2E_TIMEOUT:-540} EXAMPLE=examples/run_qwen3_lora_megatron.sh \
         bash scripts/device/e2e.sh e2e_megatron "$@"
