@@ -10,14 +10,14 @@ import torch
 from verl_sglang_lora.runtime.resident.mirror import Mirror, flat_checksum
 
 
-def _flat(*shapes: tuple[int, int], pad: int = 256) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _flat(*shapes: tuple[int, int], pad: int = 256, device: str = "cpu") -> tuple[torch.Tensor, list[torch.Tensor]]:
     """A zero-padded byte buffer with bf16 views, as the sync client lays it out."""
     sizes = [r * c * 2 for r, c in shapes]
     offsets, total = [], 0
     for n in sizes:
         offsets.append(total)
         total += -(-n // pad) * pad
-    flat = torch.zeros(total, dtype=torch.uint8)
+    flat = torch.zeros(total, dtype=torch.uint8, device=device)
     gen = torch.Generator().manual_seed(0)
     views = []
     for (r, c), off, n in zip(shapes, offsets, sizes):
@@ -27,9 +27,9 @@ def _flat(*shapes: tuple[int, int], pad: int = 256) -> tuple[torch.Tensor, list[
     return flat, views
 
 
-def _pool_pairs(views: list[torch.Tensor]) -> tuple[torch.Tensor, list]:
+def _pool_pairs(views: list[torch.Tensor], width: int = 64) -> tuple[torch.Tensor, list]:
     """Slot views in a pool buffer wider than the sources (a strided [:, :r] slot, as SGLang's B buffers)."""
-    pool = torch.zeros(sum(v.shape[0] for v in views), 64, dtype=torch.bfloat16)
+    pool = torch.zeros(sum(v.shape[0] for v in views), width, dtype=torch.bfloat16, device=views[0].device)
     pairs, row = [], 0
     for v in views:
         pairs.append((v, pool[row: row + v.shape[0], : v.shape[1]]))

@@ -27,7 +27,8 @@ write is sent -- empty header, answer on the reply channel -- which copies nothi
 ``update_weights_from_tensor`` path costs by itself, inside the held weight-update session on SGLang >= 0.5.23).
 Where the loader keeps the answer of SGLang's per-request update check (0.5.23: ``update_check_cache``), the write and
 the floor also run with SGLang's own check switched back in, interleaved (``inplace_sglang_check``,
-``loader_request_floor_sglang_check``).
+``loader_request_floor_sglang_check``). Where the attach captured the write as a CUDA graph
+(``runtime/resident/graphed_write``), the same write also runs with its kernels launched one by one (``inplace_eager``).
 Correctness: the written slot byte-compared with SGLang's own load of the
 same adapter, and the log-probs served through it against that load's and the base model's; the last versioned and
 disk loads verified in the pool against the tensors they came from (the loader's ``verify``).
@@ -54,6 +55,8 @@ from verl_sglang_lora.tools.benchmarks import pct
 
 PATHS = ("inplace", "versioned", "disk", "verl_stock")
 UNCACHED_CHECK = "inplace_sglang_check"  # the in-place write with SGLang's own per-request update check in place
+EAGER_WRITE = "inplace_eager"  # the in-place write with the slot's CUDA graph switched off (its kernels one by one)
+GRAPHED_NOTE = "writes: one CUDA graph"  # what an attach's reply says when its write was captured
 FLOOR_SGLANG_CHECK = "loader_request_floor_sglang_check"  # the loader request floor, likewise
 PROMPT_IDS = [(17 * i + 3) % 1000 + 10 for i in range(24)]  # token ids: the checkpoints carry no tokenizer
 
@@ -232,8 +235,10 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     served = {"slot": SLOTS[0]}
     # where the attach kept SGLang's per-request update check (0.5.23), the write and the floor also run with SGLang's
     # own check switched back in
-    side_by_side = UPDATE_CHECK_KEPT in attach_summary(attach)
-    paths = PATHS + ((UNCACHED_CHECK,) if side_by_side else ())
+    summary = attach_summary(attach)
+    side_by_side = UPDATE_CHECK_KEPT in summary
+    graphed = GRAPHED_NOTE in summary  # and the write as one CUDA graph beside the same write launched eagerly
+    paths = PATHS + ((UNCACHED_CHECK,) if side_by_side else ()) + ((EAGER_WRITE,) if graphed else ())
     times = {p: PathTimes() for p in paths}
     prev = {"versioned": None, "disk": None}
     try:
@@ -267,25 +272,28 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
                        build_serialize_ms=call.build_ms["serialize"], round_trip_ms=round_trip, inbound_ms=inbound,
                        loader_ms=loader_ms, loader_copy_ms=result["copy_ns"] / 1e6,
                        loader_verify_ms=result["verify_ns"] / 1e6,
-                       outbound_ms=round_trip - inbound - loader_ms, check_ms=(t_checked - t_back) * 1e3)
+                       outbound_ms=round_trip - inbound - loader_ms, check_ms=(t_checked - t_back) * 1e3,
+                       graphed=result["graphed"])
             if "begin_weight_update" in session_calls_ms:  # the held session had to be opened again (should not)
                 into.phase(session_begin_ms=session_calls_ms["begin_weight_update"])
         return (t_checked - t0) * 1e3
 
-    def update_check(keep: bool) -> None:  # untimed: the ping switches the check for the requests after it
-        call = requests.call("ping", served["slot"], on_reply_channel=True, update_check=int(keep))
+    answers = {"update_check": ("SGLang's own", "cached"), "graphed": ("eager", "graphed")}  # (off, on)
+
+    def switch(key: str, on: bool) -> None:  # untimed: the ping switches the loader for the requests after it
+        call = requests.call("ping", served["slot"], on_reply_channel=True, **{key: int(on)})
         loader([call])
         state = call.result()["message"].rsplit(": ", 1)[-1]
-        if state != ("cached" if keep else "SGLang's own"):  # e.g. given back after a revalidation: rows would lie
-            raise RuntimeError(f"the update-check switch answered {call.result()['message']!r}")
+        if state != answers[key][on]:  # e.g. the check given back after a revalidation: the rows would lie
+            raise RuntimeError(f"the {key} switch answered {call.result()['message']!r}")
 
     @contextlib.contextmanager
-    def sglang_check() -> Iterator[None]:  # the body's requests with SGLang's own check, the cached one after
-        update_check(False)
+    def switched_off(key: str) -> Iterator[None]:  # the body's requests with the loader's lever off, on after
+        switch(key, False)
         try:
             yield
         finally:
-            update_check(True)
+            switch(key, True)
 
     written: dict[str, str] = {}  # the slot each in-place path wrote last (the two alternate)
 
@@ -329,14 +337,18 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         return (time.perf_counter() - t0) * 1e3
 
     def inplace_sglang_check(i: int) -> float:
-        with sglang_check():
+        with switched_off("update_check"):
             return inplace(i, UNCACHED_CHECK)
+
+    def inplace_eager(i: int) -> float:
+        with switched_off("graphed"):
+            return inplace(i, EAGER_WRITE)
 
     served_name = {"inplace": lambda: served["slot"], "versioned": lambda: prev["versioned"],
                    "disk": lambda: prev["disk"], "verl_stock": lambda: SGLANG_LORA_NAME,
-                   UNCACHED_CHECK: lambda: served["slot"]}
+                   UNCACHED_CHECK: lambda: served["slot"], EAGER_WRITE: lambda: served["slot"]}
     fns = {"inplace": inplace, "versioned": versioned, "disk": disk, "verl_stock": verl_stock,
-           UNCACHED_CHECK: inplace_sglang_check}
+           UNCACHED_CHECK: inplace_sglang_check, EAGER_WRITE: inplace_eager}
     control: list[float] = []
     for i in range(warmup + iters):
         refill(i)
@@ -376,7 +388,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             into.sync.append(ms)
 
     def ping_sglang_check(i: int) -> None:
-        with sglang_check():
+        with switched_off("update_check"):
             ping(floor_sglang_check, i)
 
     for i in range(warmup + iters):
@@ -424,7 +436,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             if ref is not None and "p50_ms" in row and row["path"] in paths:
                 row[f"speedup_vs_{base}"] = round(ref["p50_ms"] / row["p50_ms"], 2)
     return {"rank": rank, "rows": rows, "steady_request_ms": round(pct(steady, 0.5), 3),
-            "control_request_ms": round(control_ms, 3), "correctness": correct,
+            "control_request_ms": round(control_ms, 3), "correctness": correct, "attach": summary,
             "held_session_close": (closed.error or "closed") if session.required else None}
 
 

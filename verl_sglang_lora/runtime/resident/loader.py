@@ -42,6 +42,7 @@ import torch
 from . import protocol as P
 from .access import (ResidentError, buffer_id, ensure_resident, find_lora_manager, is_pinned,
                      notify_slots_updated, resolve_uid)
+from . import graphed_write
 from .execute import pair_checksums, run_copies, slot_checksum
 from .mirror import Mirror, flat_checksum
 from .plan import CopyPair, SlotLayout, bind
@@ -65,6 +66,8 @@ class SlotState:
     mirror_reason: str = ""  # why there is no mirror (said in every reply verified pair by pair)
     flat: Optional[torch.Tensor] = None  # the trainer's flat buffer (CUDA-IPC view), kept referenced
     reply: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # the slot's reply channel (status, message)
+    graphed: Optional[graphed_write.GraphedWrite] = None  # the write as one CUDA graph, from its first eager write
+    graph_reason: str = ""  # why the writes stay eager ("" while not yet tried)
 
 
 _SLOTS: dict[tuple[int, str], SlotState] = {}
@@ -100,7 +103,14 @@ def _trainer_sum(req: P.Request) -> Optional[tuple[int, int]]:
 def _copy(pairs: list[CopyPair], checksum: bool, state: Optional[SlotState] = None,
           trainer_sum: Optional[tuple[int, int]] = None) -> dict[int, int]:
     """Run the copies; with ``checksum``, verify the slot: against the trainer's own checksum through the mirror
-    when there is one (a fused read-back and two reductions), else source vs slot pair by pair."""
+    when there is one (a fused read-back and two reductions), else source vs slot pair by pair. A slot with a mirror
+    is written by its CUDA graph once one was captured (``graphed_write``), from its first eager write on."""
+    mirror = state.mirror if state is not None and pairs is state.pairs else None
+    if checksum and mirror is not None and state.graphed is not None and graphed_write.enabled():
+        t0 = time.perf_counter_ns()
+        dst, clean = state.graphed.run()
+        out = {P.N_COPIES: len(pairs), P.COPY_NS: time.perf_counter_ns() - t0, P.GRAPHED: 1}
+        return _checked(out, trainer_sum, state, dst, clean)
     t0 = time.perf_counter_ns()
     n = run_copies(pairs)
     _sync(pairs)
@@ -108,23 +118,47 @@ def _copy(pairs: list[CopyPair], checksum: bool, state: Optional[SlotState] = No
     out = {P.N_COPIES: n, P.COPY_NS: t1 - t0}
     if not checksum:
         return out
-    mirror = state.mirror if state is not None and pairs is state.pairs else None
-    if mirror is not None:
-        src = trainer_sum if trainer_sum is not None else flat_checksum(state.flat)
-        dst = mirror.checksum()
-        by = P.BY_TRAINER_SUM if trainer_sum is not None else P.BY_SOURCE
-        if not mirror.zero_blocks_clean():
-            raise ResidentError(12, "a zero block of the slot (rows SGLang zeroes, e.g. a missing k_proj) holds "
-                                    "non-zero bytes")
-    else:
+    if mirror is None:
         src, dst = pair_checksums(pairs)
-        by = P.BY_SOURCE
-    out.update({P.SRC0: src[0], P.SRC1: src[1], P.DST0: dst[0], P.DST1: dst[1], P.VERIFIED_BY: by,
-                P.VERIFY_NS: time.perf_counter_ns() - t1})
+        out.update({P.SRC0: src[0], P.SRC1: src[1], P.DST0: dst[0], P.DST1: dst[1], P.VERIFIED_BY: P.BY_SOURCE,
+                    P.VERIFY_NS: time.perf_counter_ns() - t1})
+        if src != dst:
+            raise ResidentError(12, f"slot checksum {dst} != source checksum {src}")
+        return out
+    dst, clean = mirror.checksum(), mirror.zero_blocks_clean()
+    out = _checked(out, trainer_sum, state, dst, clean)
+    out[P.VERIFY_NS] = time.perf_counter_ns() - t1
+    if not state.graph_reason and graphed_write.enabled():  # verified eagerly: later writes may replay it
+        state.graphed, why = graphed_write.capture(pairs, mirror, (dst, clean))
+        state.graph_reason = why or GRAPHED
+        if why and pairs[0][1].is_cuda:
+            logger.warning("verl resident loader: slot %s keeps eager writes: %s", state.uid, why)
+    return out
+
+
+def _checked(out: dict[int, int], trainer_sum: Optional[tuple[int, int]], state: SlotState, dst: tuple[int, int],
+             clean: bool) -> dict[int, int]:
+    """The mirror's answer against the trainer's checksum (or, without one, the flat buffer's as mapped here)."""
+    src = trainer_sum if trainer_sum is not None else flat_checksum(state.flat)
+    by = P.BY_TRAINER_SUM if trainer_sum is not None else P.BY_SOURCE
+    out.update({P.SRC0: src[0], P.SRC1: src[1], P.DST0: dst[0], P.DST1: dst[1], P.VERIFIED_BY: by})
+    if not clean:
+        raise ResidentError(12, "a zero block of the slot (rows SGLang zeroes, e.g. a missing k_proj) holds "
+                                "non-zero bytes")
     if src != dst:
         whose = "the trainer's checksum" if by == P.BY_TRAINER_SUM else "source checksum"
         raise ResidentError(12, f"slot checksum {dst} != {whose} {src}")
     return out
+
+
+GRAPHED = "graphed"
+
+
+def _write_mode(state: SlotState) -> str:
+    """Said in the attach's reply: whether this slot's writes replay a CUDA graph, and if not, why."""
+    if state.graphed is not None:
+        return "; writes: one CUDA graph" + ("" if graphed_write.enabled() else " (switched off: eager)")
+    return f"; writes eager: {state.graph_reason}" if state.graph_reason else ""
 
 
 def _adapter_facts(manager: Any, uid: str) -> dict[int, int]:
@@ -167,12 +201,7 @@ def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
 def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
     """Run one request; returns (status fields, message). Raises ``ResidentError`` on a failed guard."""
     if req.op == "ping":
-        mode = req.get("update_check")  # the benchmark's switch for the requests after this one
-        if mode is None:
-            return {}, "pong"
-        if mode not in ("0", "1"):
-            raise ResidentError(1, f"op=ping update_check={mode!r}: 0 (SGLang's own check) or 1 (the kept answer)")
-        return {}, f"pong; SGLang's per-request update check: {update_check_cache.select(mode == '1')}"
+        return {}, _ping(req)
     manager = find_lora_manager(model)
     uid, slot = _slot(manager, req)
     key = (id(manager), uid)
@@ -207,7 +236,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
             notify_slots_updated(manager, {slot})
         check = _keep_update_check_answer()
         return fields, (f"attached {len(state.pairs)} copies ({state.layout.copied_elements} elements)"
-                        + _how_verified(fields, reason)
+                        + _how_verified(fields, reason) + _write_mode(state)
                         + ("" if check == "absent" else f"; SGLang's per-request update check: {check}"))
     if req.op == "checksum":
         if state is None:
@@ -231,6 +260,22 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
     why = ("the write carried its own tensors (bound anew, not the attached layout's mirror)" if req.tensors
            else state.mirror_reason)
     return fields, "written" + _how_verified(fields, why)
+
+
+def _ping(req: P.Request) -> str:
+    """The benchmark's switches, for the requests after this one: ``update_check`` (SGLang's own per-request check
+    or the kept answer) and ``graphed`` (eager writes or the slot's CUDA graph)."""
+    answer = "pong"
+    for key, switch, off, on in (("update_check", update_check_cache.select, "SGLang's own check", "the kept answer"),
+                                 ("graphed", graphed_write.select, "eager writes", "the slot's CUDA graph")):
+        mode = req.get(key)
+        if mode is None:
+            continue
+        if mode not in ("0", "1"):
+            raise ResidentError(1, f"op=ping {key}={mode!r}: 0 ({off}) or 1 ({on})")
+        label = "SGLang's per-request update check" if key == "update_check" else "in-place writes"
+        answer += f"; {label}: {switch(mode == '1')}"
+    return answer
 
 
 def _keep_update_check_answer() -> str:

@@ -39,7 +39,13 @@ _ROW = 4096  # words per row of the checksum's 2-D view of the buffer
 
 def flat_checksum(buf: torch.Tensor) -> tuple[int, int]:
     """(sum, position-weighted sum) of a contiguous byte buffer read as int64 words (a short tail as bytes; positions
-    count from 1).
+    count from 1): ``flat_checksum_tensor`` read back."""
+    a, b = flat_checksum_tensor(buf).tolist()
+    return int(a), int(b)
+
+
+def flat_checksum_tensor(buf: torch.Tensor) -> torch.Tensor:
+    """``flat_checksum`` as an int64[2] on ``buf``'s device, with no host sync (so a CUDA graph can hold it).
 
     Integer sums wrap mod 2**64 in any order, so the trainer's and the scheduler's kernels agree exactly; the
     weighted sum sees a moved or swapped block that the plain sum does not. The weighted sum is taken without a
@@ -62,8 +68,7 @@ def flat_checksum(buf: torch.Tensor) -> tuple[int, int]:
         s0 = s0 + total
         s1 = s1 + _ROW * ((row_sums * _weights(rows, buf.device)).sum() - total) \
             + (col_sums * _weights(_ROW, buf.device)).sum()
-    a, b = torch.stack([s0, s1]).tolist()
-    return int(a), int(b)
+    return torch.stack([s0, s1])
 
 
 @dataclass
@@ -77,14 +82,23 @@ class Mirror:
 
     def checksum(self) -> tuple[int, int]:
         """Read the slot back (one fused copy) and checksum the rebuilt buffer."""
+        a, b = self.checksum_tensor().tolist()
+        return int(a), int(b)
+
+    def checksum_tensor(self) -> torch.Tensor:
+        """``checksum`` as an int64[2] on the device, with no host sync."""
         torch._foreach_copy_(self.views, self.dsts)
-        return flat_checksum(self.buf)
+        return flat_checksum_tensor(self.buf)
 
     def zero_blocks_clean(self) -> bool:
         """Whether every zero block holds only zero bytes (bit patterns: a NaN or -0.0 is not clean)."""
+        return not bool(self.zero_dirt_tensor())
+
+    def zero_dirt_tensor(self) -> torch.Tensor:
+        """A bool[] on the device: some zero block holds a non-zero byte. No host sync."""
         if not self.zeros:
-            return True
-        return not bool(torch.stack([z.view(INT_VIEW[z.element_size()]).ne(0).any() for z in self.zeros]).any())
+            return torch.zeros((), dtype=torch.bool, device=self.buf.device)
+        return torch.stack([z.view(INT_VIEW[z.element_size()]).ne(0).any() for z in self.zeros]).any()
 
     @classmethod
     def build(cls, flat: torch.Tensor, pairs: Sequence[CopyPair], total_elements: int) -> tuple[Optional["Mirror"], str]:

@@ -44,7 +44,8 @@ OPS = ("attach", "write", "compare", "checksum", "detach", "ping", "verify")
 
 # status slots
 (MAGIC_I, STATE, ERROR, VERSION, BUFFER_ID, N_COPIES, SRC0, SRC1, DST0, DST1, MISMATCHES, COPY_NS, TOTAL_NS, SEQ,
- VERIFY_NS, SCALING_BITS, LORA_R, VERIFIED_BY, START_WALL_NS) = range(19)
+ VERIFY_NS, SCALING_BITS, LORA_R, VERIFIED_BY, START_WALL_NS, GRAPHED) = range(20)
+# GRAPHED: 1 when the write and its verification ran as the slot's CUDA graph (COPY_NS then covers both)
 # START_WALL_NS: ``time.time_ns()`` when the loader was entered -- the host's wall clock, the same in every process,
 # so a caller can split its round trip into the way in (SGLang's request path), the loader, and the way back
 # VERIFIED_BY: what SRC is -- the source views as the scheduler sees them, or the checksum the trainer sent
@@ -198,7 +199,7 @@ def read_status(status: torch.Tensor) -> dict[str, Any]:
         "dst_checksum": (v[DST0], v[DST1]), "mismatches": v[MISMATCHES], "copy_ns": v[COPY_NS],
         "total_ns": v[TOTAL_NS], "seq": v[SEQ], "verify_ns": v[VERIFY_NS],
         "scaling": bits_to_float(v[SCALING_BITS]) if v[LORA_R] else None, "lora_r": v[LORA_R],
-        "verified_by": v[VERIFIED_BY], "start_wall_ns": v[START_WALL_NS],
+        "verified_by": v[VERIFIED_BY], "start_wall_ns": v[START_WALL_NS], "graphed": v[GRAPHED],
     }
 
 
