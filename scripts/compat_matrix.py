@@ -59,8 +59,11 @@ GPU_EVIDENCE = {
         "every sync in place (0 fallbacks, sync 7.9-10.3 ms), proof pass at steps 2-4 (k = 0.9998-1.0001, tol "
         "+-0.032), 0 base-policy or stale samples; in the mis-scaled run (lora_alpha x 0.25 told to SGLang) "
         "the attach guard turned the in-place path off and the proof stopped the run at k = 0.271; the sync matrix at 0.6B r8/r32/r128 and 8B r32/r128 with "
-        "every path, byte-exact. Stock verl: its launch raises on the msgspec ServerArgs (seen on the H200). "
-        "Not run: Megatron, tp>1, more than one GPU."
+        "every path, byte-exact. Session 17: each versioned load after that fallback verified byte for byte in SGLang's "
+        "pool (loader op=verify), the proof stopping the mis-scaled run at k = 0.280. Stock verl: its launch raises on "
+        "the msgspec ServerArgs (seen on the H200). The Megatron example does not start (session 17): megatron-bridge "
+        "0.5.1 re-registers qwen3_asr, which transformers 5.19 (SGLang 0.5.23's pin) ships; the plugin's guard for it "
+        "(runtime/bridge_registrations.py) is CPU-checked, not yet run on the GPU. Not run: tp>1, more than one GPU."
     ),
 }
 GPU_NONE = "not exercised (CPU contract only)"
@@ -76,9 +79,11 @@ RESIDENT_GPU = {
         "(`runtime/resident/support.py::session_unsafe_base`). On the H200 (session 16, held session): 0.6B "
         "r8/r32/r128 **6.42/6.97/7.38 ms** p50, 8B r32/r128 **7.98/11.97 ms**, byte-exact; 0.5.23's own request path "
         "costs 4.3-6.1 ms by itself (the header-only floor; 1.6-2.1 ms on 0.5.12), the loader 1.2-2.2 ms "
-        "(docs/benchmarks.md). Built after that run, not yet measured on a GPU: the loader keeps the answer of "
-        "0.5.23's per-request derived-weight-cache check (a walk of every module on each update; "
-        "`runtime/resident/update_check_cache.py`)."
+        "(docs/benchmarks.md). Session 17: the loader keeps the answer of 0.5.23's per-request derived-weight-cache "
+        "check (a walk of every module on each update; `runtime/resident/update_check_cache.py`): 0.6B r8/r32 "
+        "**3.99/5.21 ms** p50 against 6.88/10.91 ms with SGLang's own check in the same engine, the header-only "
+        "request 1.72/2.36 ms against 4.50/8.05 ms. Built after that run, not yet measured on a GPU: the write as one "
+        "CUDA graph (`runtime/resident/graphed_write.py`)."
     ),
 }
 

@@ -35,22 +35,13 @@ if release_up_to_date "$want_stamp"; then
 fi
 t0=$SECONDS
 release_begin
-pip_target() {
-  local st
-  set +e
-  "$VPY" -m pip --disable-pip-version-check install -q --progress-bar off --no-deps --no-compile \
-    --target "$TMP" "${find_links[@]+"${find_links[@]}"}" "$@" 2>&1 | grep -v "^WARNING: Location 'file:///"
-  st=("${PIPESTATUS[@]}")
-  set -e
-  return "${st[0]}"
-}
 log "pip install --no-deps --target $TMP megatron-bridge==$VERSION (its Python >= 3.12 not enforced) $TRANSFORMERS"
-pip_target --ignore-requires-python "megatron-bridge==$VERSION"
-pip_target "$TRANSFORMERS"
+release_pip --ignore-requires-python "megatron-bridge==$VERSION"
+release_pip "$TRANSFORMERS"
 TOKENIZERS="$(sed -n 's/^Requires-Dist: \(tokenizers[^;]*\)$/\1/p' "$TMP"/transformers-*.dist-info/METADATA | head -1 | tr -d ' ')"
 [ -n "$TOKENIZERS" ] || die "transformers in $TMP declares no tokenizers requirement"
 log "pip install --no-deps --target $TMP $TOKENIZERS (transformers' own requirement)"
-pip_target "$TOKENIZERS"
+release_pip "$TOKENIZERS"
 rm -rf "$TMP/bin"
 found="$(release_dist_version "$TMP" megatron_bridge || true)"
 [ "$found" = "$VERSION" ] || die "installed megatron-bridge $found into $TMP, expected $VERSION"

@@ -63,20 +63,11 @@ fi
 t0=$SECONDS
 release_begin
 pip_target() {
-  local st
-  set +e
-  if [ -n "$UV" ]; then
-    # no bytecode (UV_COMPILE_BYTECODE=0), as pip --no-compile: compiling the whole release costs more (~20 s for 0.5.23
-    # on 2 cores) than its test subprocesses gain (~1 s each: torch, transformers and verl come compiled from the venv)
-    UV_COMPILE_BYTECODE=0 "$UV" pip install -q --python "$VPY" "${UV_ARGS[@]}" --no-deps --target "$TMP" \
-      "${find_links[@]+"${find_links[@]}"}" "$@" 2>&1
-  else
-    "$VPY" -m pip --disable-pip-version-check install -q --progress-bar off --no-deps --no-compile \
-      --target "$TMP" "${find_links[@]+"${find_links[@]}"}" "$@" 2>&1 | grep -v "^WARNING: Location 'file:///"
-  fi
-  st=("${PIPESTATUS[@]}")
-  set -e
-  return "${st[0]}"
+  if [ -z "$UV" ]; then release_pip "$@"; return; fi
+  # no bytecode (UV_COMPILE_BYTECODE=0), as pip --no-compile: compiling the whole release costs more (~20 s for 0.5.23
+  # on 2 cores) than its test subprocesses gain (~1 s each: torch, transformers and verl come compiled from the venv)
+  UV_COMPILE_BYTECODE=0 "$UV" pip install -q --python "$VPY" "${UV_ARGS[@]}" --no-deps --target "$TMP" \
+    "${find_links[@]+"${find_links[@]}"}" "$@" 2>&1
 }
 
 log "pip install --no-deps --target $TMP sglang==$VERSION ${EXTRA_PKGS[*]+"${EXTRA_PKGS[*]}"}"

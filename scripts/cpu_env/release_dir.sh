@@ -1,4 +1,4 @@
-# Shared by scripts/sglang_release.sh and scripts/verl_release_env.sh (sourced): a release is installed with
+# Shared by scripts/sglang_release.sh, scripts/verl_release_env.sh and scripts/megatron_bridge_release.sh (sourced): a release is installed with
 # `pip --no-deps --target` into a temporary dir, its version checked there, then swapped into place; a stamp of the inputs
 # skips all of it when nothing changed. Expects ROOT, VERSION, TARGET and STAMP to be set.
 
@@ -20,6 +20,18 @@ release_begin() {
   mkdir -p "$(dirname "$TARGET")"
   find_links=()
   if [ -n "${VSL_WHEEL_DIR:-}" ]; then find_links=(--find-links "$VSL_WHEEL_DIR"); fi
+}
+
+# release_pip ARGS...: `pip install --no-deps --target $TMP ARGS` with the venv's pip (and release_begin's find-links);
+# returns pip's exit code
+release_pip() {
+  local st
+  set +e
+  "$VPY" -m pip --disable-pip-version-check install -q --progress-bar off --no-deps --no-compile \
+    --target "$TMP" "${find_links[@]+"${find_links[@]}"}" "$@" 2>&1 | grep -v "^WARNING: Location 'file:///"
+  st=("${PIPESTATUS[@]}")
+  set -e
+  return "${st[0]}"
 }
 
 # release_dist_version DIR NAME: the version of NAME's dist-info in DIR (no import)
