@@ -46,34 +46,40 @@ def _run(code: str, pythonpath: list[Path], **env: str) -> dict:
 
 
 QWEN3_ASR = """
-import importlib, json, os, sys, types
-root, guard = os.environ["BRIDGE_DIR"], os.environ["GUARD"]
+import importlib, json, os, sys
 import transformers
 from verl_sglang_lora.runtime import bridge_registrations
-guarded = bridge_registrations.install() if guard == "1" else []
-# the bridge's parent packages without their __init__ (megatron/bridge/__init__.py imports megatron.core and every
-# model); the registration module itself runs as shipped
-for name in ("megatron", "megatron.bridge", "megatron.bridge.models", "megatron.bridge.models.qwen3_asr"):
-    module = types.ModuleType(name)
-    module.__path__ = [os.path.join(root, *name.split("."))]
-    sys.modules[name] = module
+armed = bridge_registrations.install() if os.environ["GUARD"] == "1" else False
+auto_loaded = "transformers.models.auto.processing_auto" in sys.modules  # the guard waits for the bridge's import
 try:
     importlib.import_module("megatron.bridge.models.qwen3_asr.hf_qwen3_asr")
     error = None
 except ValueError as exc:
     error = str(exc)
 print(json.dumps({
-    "transformers": transformers.__version__, "guarded": guarded, "error": error,
+    "transformers": transformers.__version__, "armed": armed, "auto_loaded_before": auto_loaded,
+    "guarded": bridge_registrations.guarded, "error": error,
     "served_by": type(transformers.AutoConfig.for_model("qwen3_asr")).__module__,
     "skipped": bridge_registrations.skipped,
 }))
 """
 
 
+def _overlay(tmp_path: Path, bridge: Path) -> Path:
+    """megatron.bridge with its package __init__s left out (they import megatron.core and every model), its real
+    Qwen3-ASR registration package linked in: ``import megatron.bridge`` still goes through the import system."""
+    pkg = tmp_path / "megatron" / "bridge" / "models" / "qwen3_asr"
+    pkg.mkdir(parents=True)
+    for d in (pkg.parents[1], pkg.parents[0], pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "hf_qwen3_asr").symlink_to(bridge / "megatron" / "bridge" / "models" / "qwen3_asr" / "hf_qwen3_asr")
+    return tmp_path
+
+
 @pytest.mark.parametrize("guard", ["0", "1"])
-def test_megatron_bridge_qwen3_asr_under_sglang_0523_transformers(guard: str) -> None:
+def test_megatron_bridge_qwen3_asr_under_sglang_0523_transformers(guard: str, tmp_path: Path) -> None:
     bridge = _bridge_dir()
-    out = _run(QWEN3_ASR, [bridge], BRIDGE_DIR=str(bridge), GUARD=guard)
+    out = _run(QWEN3_ASR, [_overlay(tmp_path, bridge), bridge], GUARD=guard)
     assert out["transformers"] == re.search(
         r"^transformers==(\S+)", (ROOT / "scripts/offline_bundle/requirements-sglang0.5.23.lock").read_text(), re.M
     ).group(1)
@@ -82,7 +88,7 @@ def test_megatron_bridge_qwen3_asr_under_sglang_0523_transformers(guard: str) ->
         assert out["error"] and "'qwen3_asr' is already used by a Transformers config" in out["error"]
         assert out["skipped"] == []
         return
-    assert out["error"] is None
+    assert out["error"] is None and out["armed"] and not out["auto_loaded_before"]
     assert out["guarded"] == ["AutoConfig", "_BaseAutoModelClass", "AutoProcessor"]
     assert [(auto, model_type) for auto, model_type, _ in out["skipped"]] == [
         ("AutoConfig", "qwen3_asr"), ("AutoModel", "qwen3_asr"), ("AutoProcessor", "qwen3_asr")]
@@ -90,10 +96,10 @@ def test_megatron_bridge_qwen3_asr_under_sglang_0523_transformers(guard: str) ->
     assert out["stderr"].count("is not registered with transformers'") == 3
 
 
-def test_opt_out_leaves_transformers_alone() -> None:
+def test_opt_out_leaves_transformers_alone(tmp_path: Path) -> None:
     bridge = _bridge_dir()
-    out = _run(QWEN3_ASR, [bridge], BRIDGE_DIR=str(bridge), GUARD="1", VERL_SGLANG_LORA_BRIDGE_REGISTRATIONS="0")
-    assert out["guarded"] == [] and out["skipped"] == []
+    out = _run(QWEN3_ASR, [_overlay(tmp_path, bridge), bridge], GUARD="1", VERL_SGLANG_LORA_BRIDGE_REGISTRATIONS="0")
+    assert not out["armed"] and out["guarded"] == [] and out["skipped"] == []
     assert out["error"] and "already used" in out["error"]
 
 

@@ -54,6 +54,24 @@ def test_capture_declines_off_cuda_and_the_eager_write_stands() -> None:
     assert "writes eager: the slot is not on a CUDA device" in loader._write_mode(state)
 
 
+def test_a_refused_graph_leaves_no_byte_of_its_replay(monkeypatch) -> None:
+    """A capture whose first replay wrote other bytes and was refused: the loader writes and verifies the slot again
+    before its reply says verified, and the write's reply says why the writes stay eager."""
+    flat, views, pairs, state = _state()
+
+    def refused(pairs, mirror, eager):
+        for _, dst in pairs:  # what a wrong graph's replay could leave behind
+            dst.fill_(7.0)
+        return None, "the graph's first replay answered (1, 2), the eager write (3, 4): not byte-exact"
+
+    monkeypatch.setattr(graphed_write, "capture", refused)
+    out = loader._copy(pairs, True, state, flat_checksum(flat))
+    assert all(torch.equal(dst, src) for src, dst in pairs)
+    assert (out[P.DST0], out[P.DST1]) == flat_checksum(flat) and P.GRAPHED not in out
+    assert state.graph_news and "writes eager: the graph's first replay" in loader._write_mode(state)
+    assert not state.graph_news  # said once
+
+
 def test_a_graph_answer_is_checked_as_the_eager_one() -> None:
     flat, views, pairs, state = _state(with_zero_block=True)
     stand_in = EagerReplay(pairs, state.mirror)

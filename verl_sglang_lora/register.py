@@ -8,8 +8,8 @@ process of a run -- driver, TaskRunner, each Ray worker -- has the name on every
 3. ``VERL_USE_EXTERNAL_MODULES=verl_sglang_lora.register`` in the Ray runtime env (set by the overlay), which
    ``import verl`` honours in every worker process.
 
-Where megatron-bridge is installed, it also guards transformers' Auto registries before verl's Megatron engine
-imports the bridge (``runtime/bridge_registrations.py``).
+It also arms a guard of transformers' Auto registries. The guard acts at the first ``import megatron.bridge``
+(``runtime/bridge_registrations.py``).
 """
 
 import logging

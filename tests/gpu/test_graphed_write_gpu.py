@@ -3,10 +3,13 @@
 The slot views are strided views into wider pool buffers, as SGLang's B buffers are, with one zero block. The
 sources are views of one flat byte buffer, as the trainer's collect lays them out. The graph is captured after an
 eager write. Every replay must then write the trainer's current bytes and answer their checksum. A first replay
-whose answer differs from the eager write's is refused.
+whose answer differs from the eager write's is refused. The capture also holds while another thread keeps the
+GPU busy and allocating, as SGLang's threads may.
 """
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 
@@ -56,3 +59,25 @@ def test_a_first_replay_that_differs_is_refused() -> None:
     (s0, s1), clean = eager
     graphed, why = graphed_write.capture(pairs, mirror, ((s0 + 1, s1), clean))
     assert graphed is None and "not byte-exact" in why
+
+
+def test_capture_holds_while_another_thread_computes() -> None:
+    flat, views, pairs, mirror, eager = _slot()
+    stop = threading.Event()
+
+    def busy() -> None:  # its own stream, allocating as it goes
+        with torch.cuda.stream(torch.cuda.Stream()):
+            while not stop.is_set():
+                x = torch.randn(512, 512, device="cuda")
+                (x @ x).sum().item()
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        graphed, why = graphed_write.capture(pairs, mirror, eager)
+    finally:
+        stop.set()
+        worker.join()
+    assert graphed is not None, why
+    views[0].add_(1)
+    assert graphed.run() == (flat_checksum(flat), True)

@@ -7,15 +7,19 @@ Transformers config`` and verl's Megatron engine never starts (seen on the H200,
 
 megatron-bridge 0.6.2 decides the way this guard does: where transformers has the model type, transformers' classes
 serve it, and the vendored copy is not registered. The guard applies only to a registration from a
-``megatron.bridge`` module that transformers refuses for a model type it ships. Every other registration, and every
-other error, passes through unchanged. Each skip is a WARNING. ``VERL_SGLANG_LORA_BRIDGE_REGISTRATIONS=0`` opts out.
+``megatron.bridge`` module that transformers refuses as already used, for a model type it ships. Every other
+registration, and every other error, passes through unchanged. Each skip is a WARNING.
+
+``install`` costs nothing up front. It puts a finder on ``sys.meta_path`` that guards the registries only when
+``megatron.bridge`` is first imported: importing transformers' Auto modules takes seconds, and an FSDP run never
+needs them. ``VERL_SGLANG_LORA_BRIDGE_REGISTRATIONS=0`` opts out.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
+import importlib.abc
 import inspect
 import logging
 import os
@@ -36,6 +40,7 @@ REGISTRIES = (
 _MARK = "_sglang_lora_bridge_guard"
 
 skipped: list[tuple[str, str, str]] = []  # (registry, model type, the bridge class left unregistered)
+guarded: list[str] = []  # the registries whose register is wrapped in this process
 
 
 def _model_type(key: Any) -> str | None:
@@ -65,7 +70,7 @@ def _guarded(registry: str, func: Callable, key_param: str, class_param: str) ->
             bound = signature.bind(*args, **kwargs).arguments
             model_type = _model_type(bound.get(key_param))
             cls = bound.get(class_param)
-            if not (_from_bridge(cls) and model_type in _native_model_types()):
+            if not (_from_bridge(cls) and model_type in _native_model_types() and "already used" in str(exc)):
                 raise
             import transformers
 
@@ -99,14 +104,36 @@ def _install_one(module_name: str, owner_name: str, key_param: str, class_param:
     return True
 
 
-def install() -> list[str]:
-    """Wrap the Auto registries' ``register`` where megatron-bridge is installed and not yet imported; the names
-    of the registries guarded. Idempotent."""
+def guard_registries() -> list[str]:
+    """Wrap the Auto registries' ``register`` (idempotent); the names of those wrapped. One that cannot be wrapped is
+    a WARNING, and the others are still wrapped."""
+    for module, owner, key, cls in REGISTRIES:
+        try:
+            if _install_one(module, owner, key, cls) and owner not in guarded:
+                guarded.append(owner)
+        except Exception as exc:  # noqa: BLE001 - the bridge's import then fails as it would without the guard
+            logger.warning("sglang_lora: megatron-bridge registration guard not installed for transformers' %s: "
+                           "%s: %s", owner, type(exc).__name__, exc)
+    return list(guarded)
+
+
+class _OnBridgeImport(importlib.abc.MetaPathFinder):
+    """Guards the registries when ``megatron.bridge`` is about to be imported, then leaves the import to the other
+    finders; removes itself after its one use."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname == BRIDGE_PACKAGE:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            guard_registries()
+        return None
+
+
+def install() -> bool:
+    """Arm the guard for this process: True when it will act at the first ``import megatron.bridge`` (not where the
+    bridge is already imported, or with the opt-out). Idempotent."""
     if os.environ.get(OPT_OUT_ENV, "1") == "0" or BRIDGE_PACKAGE in sys.modules:
-        return []
-    try:
-        if importlib.util.find_spec(BRIDGE_PACKAGE) is None:
-            return []
-    except (ImportError, ValueError):  # no megatron package at all
-        return []
-    return [owner for module, owner, key, cls in REGISTRIES if _install_one(module, owner, key, cls)]
+        return False
+    if not any(isinstance(finder, _OnBridgeImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _OnBridgeImport())
+    return True

@@ -252,11 +252,12 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         flat = collector.collect(iter(versions[i % 2]), names.resolve_lora)
         torch.cuda.synchronize()
 
-    def timed_call(build: Callable[[], Any], into: PathTimes | None) -> float:
+    def timed_call(build: Callable[[], Any], into: PathTimes | None, graphed_write: bool | None = None) -> float:
         """Build one loader call, send it, check its answer; its phases into ``into`` (None: warm-up): the client's
         build, the round trip split at the loader's entry stamp (same host clock) into the way in, the loader (its
         work, before it reports) and the way back (the report's two small copies and sync, SGLang's answer), and the
-        client's check (reading the answer)."""
+        client's check (reading the answer). ``graphed_write``: whether the loader must have replayed the slot's CUDA
+        graph (a row must not mix graphed and eager writes)."""
         t0 = time.perf_counter()
         call = build()
         t1, sent_ns = time.perf_counter(), time.time_ns()
@@ -266,6 +267,9 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         t_checked = time.perf_counter()
         if into is not None:
             result = call.result()
+            if graphed_write is not None and bool(result["graphed"]) != graphed_write:
+                raise RuntimeError(f"write {'not ' if graphed_write else ''}replayed as the slot's CUDA graph: "
+                                   f"{result.get('message')!r}")
             round_trip, inbound = (t_back - t1) * 1e3, (result["start_wall_ns"] - sent_ns) / 1e6
             loader_ms = result["total_ns"] / 1e6
             into.phase(build_ms=(t1 - t0) * 1e3, build_sync_ms=call.build_ms["sync"],
@@ -302,7 +306,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         t0 = time.perf_counter()
         # the idle slot's call only, as the client
         timed_call(lambda: requests.writes(1000 + i, flat.checksum, (slot,))[slot],
-                   times[path] if i >= warmup else None)
+                   times[path] if i >= warmup else None, (path != EAGER_WRITE) if graphed else None)
         written[path] = slot
         bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key
         served["slot"] = slot

@@ -8,11 +8,14 @@ against 0.05 ms for the bytes themselves. A replay launches them all at once.
 It is captured at the first eager write of an attached slot that has a mirror. The sources are the trainer's flat
 buffer, mapped once, so their addresses do not change. Right after capture the graph is replayed once. It is kept
 only if that replay's answer equals the eager write's: the slot's checksum and the zero-block check. Otherwise the
-slot keeps the eager write, and the reply and the log say why. A replay re-copies the same sources into the same
-slot, which is idle, so this check changes no byte.
+slot keeps the eager write, and the reply and the log say why. The replay writes into the slot, which is idle. A
+refused replay may have written wrong bytes there, so the loader then writes and verifies the slot eagerly again
+before it answers.
 
-The graph is captured in ``thread_local`` mode, so SGLang's other threads may keep using CUDA during capture. Its
-temporaries live in the graph's own memory pool: a few KiB for the checksum's row and column sums.
+The graph is captured with ``capture_begin``/``capture_end`` on a side stream, in ``thread_local`` mode. That mode
+lets SGLang's other threads keep using CUDA during capture. Using those two calls, rather than ``torch.cuda.graph``,
+also skips that context's device-wide sync and ``empty_cache()``, which would drop SGLang's cached blocks. The graph's
+temporaries live in its own memory pool: a few KiB for the checksum's row and column sums.
 
 ``VERL_SGLANG_LORA_GRAPHED_WRITE=0`` keeps every write eager. A loader ``ping graphed=0|1`` switches between the two
 for the requests after it (the benchmark's side-by-side row).
@@ -34,6 +37,7 @@ from .plan import CopyPair
 logger = logging.getLogger(__name__)
 
 ENV = "VERL_SGLANG_LORA_GRAPHED_WRITE"
+NOT_CUDA = "the slot is not on a CUDA device"  # declined before anything ran
 _enabled = os.environ.get(ENV, "1") != "0"
 
 
@@ -42,8 +46,11 @@ def enabled() -> bool:
 
 
 def select(on: bool) -> str:
-    """The loader's ``ping graphed=0|1``: graphed or eager writes for the requests after it; what is in force."""
+    """The loader's ``ping graphed=0|1``: graphed or eager writes for the requests after it (this process); what is in
+    force. The environment's opt-out stands: ``graphed=1`` does not undo it."""
     global _enabled
+    if on and os.environ.get(ENV, "1") == "0":
+        return f"eager ({ENV}=0)"
     _enabled = on
     return "graphed" if on else "eager"
 
@@ -71,14 +78,18 @@ def capture(pairs: Sequence[CopyPair], mirror: Mirror,
     """The graph of this slot's write, or (None, why not). ``eager``: the answer of the eager write that just ran
     with the same sources (checksum, zero blocks clean), which the first replay must reproduce."""
     if not pairs or not pairs[0][1].is_cuda:
-        return None, "the slot is not on a CUDA device"
+        return None, NOT_CUDA
     device = pairs[0][1].device
     try:
         graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))  # the eager write's kernels come first
-        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-            answer = _body(pairs, mirror)
+        with torch.cuda.stream(stream):
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                answer = _body(pairs, mirror)
+            finally:
+                graph.capture_end()
         torch.cuda.current_stream(device).wait_stream(stream)
         graphed = GraphedWrite(graph, answer)
         replay = graphed.run()

@@ -68,6 +68,7 @@ class SlotState:
     reply: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # the slot's reply channel (status, message)
     graphed: Optional[graphed_write.GraphedWrite] = None  # the write as one CUDA graph, from its first eager write
     graph_reason: str = ""  # why the writes stay eager ("" while not yet tried)
+    graph_news: bool = False  # decided in this request: its reply says how later writes run
 
 
 _SLOTS: dict[tuple[int, str], SlotState] = {}
@@ -130,9 +131,12 @@ def _copy(pairs: list[CopyPair], checksum: bool, state: Optional[SlotState] = No
     out[P.VERIFY_NS] = time.perf_counter_ns() - t1
     if not state.graph_reason and graphed_write.enabled():  # verified eagerly: later writes may replay it
         state.graphed, why = graphed_write.capture(pairs, mirror, (dst, clean))
-        state.graph_reason = why or GRAPHED
-        if why and pairs[0][1].is_cuda:
+        state.graph_reason, state.graph_news = why or GRAPHED, True
+        if why and why != graphed_write.NOT_CUDA:
             logger.warning("verl resident loader: slot %s keeps eager writes: %s", state.uid, why)
+            # a refused graph may have replayed into the slot: write it and verify it again before answering
+            run_copies(pairs)
+            _checked(out, trainer_sum, state, mirror.checksum(), mirror.zero_blocks_clean())
     return out
 
 
@@ -155,7 +159,9 @@ GRAPHED = "graphed"
 
 
 def _write_mode(state: SlotState) -> str:
-    """Said in the attach's reply: whether this slot's writes replay a CUDA graph, and if not, why."""
+    """Said in the reply of the request that decided it (an attach says it always): whether this slot's writes replay
+    a CUDA graph, and if not, why."""
+    state.graph_news = False
     if state.graphed is not None:
         return "; writes: one CUDA graph" + ("" if graphed_write.enabled() else " (switched off: eager)")
     return f"; writes eager: {state.graph_reason}" if state.graph_reason else ""
@@ -259,7 +265,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
         state.version = fields[P.VERSION]
     why = ("the write carried its own tensors (bound anew, not the attached layout's mirror)" if req.tensors
            else state.mirror_reason)
-    return fields, "written" + _how_verified(fields, why)
+    return fields, "written" + _how_verified(fields, why) + (_write_mode(state) if state and state.graph_news else "")
 
 
 def _ping(req: P.Request) -> str:

@@ -27,11 +27,15 @@ _WEIGHTS: dict[tuple[str, int], torch.Tensor] = {}
 
 
 def _weights(n: int, device: torch.device) -> torch.Tensor:
-    """1..n as int64 on ``device``, cached: the position weights of every checksum of that size."""
+    """1..n as int64 on ``device``, cached: the position weights of every checksum of that size. Not cached while a
+    CUDA graph is being captured: that tensor would live in the graph's pool, filled only by its replays."""
     key = (str(device), n)
-    if key not in _WEIGHTS:
-        _WEIGHTS[key] = torch.arange(1, n + 1, dtype=torch.int64, device=device)
-    return _WEIGHTS[key]
+    if key in _WEIGHTS:
+        return _WEIGHTS[key]
+    weights = torch.arange(1, n + 1, dtype=torch.int64, device=device)
+    if not (weights.is_cuda and torch.cuda.is_current_stream_capturing()):
+        _WEIGHTS[key] = weights
+    return weights
 
 
 _ROW = 4096  # words per row of the checksum's 2-D view of the buffer
