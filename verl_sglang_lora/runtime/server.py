@@ -317,18 +317,16 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             reason = "this server was launched without the plugin's loader"
         elif push.verify.get("name") != name:
             reason = f"the verify was built for {push.verify.get('name')!r}, SGLang holds the version as {name!r}"
-        if reason is not None:
-            logger.warning("sglang_lora: version %d is not verified byte for byte in SGLang's pool: %s", push.version,
-                           reason)
-            return {"ran": False, "reason": reason}
-        t0 = time.perf_counter()
-        try:
-            await self._loader_call(push.verify["blobs"])
-        except SGLangRequestError as exc:  # the load itself succeeded: it serves, unverified, and the log says so
-            logger.warning("sglang_lora: version %d is not verified byte for byte in SGLang's pool: the verify "
-                           "request failed: %s", push.version, exc)
-            return {"ran": False, "reason": f"the verify request failed: {exc}"}
-        return {"ran": True, "ms": round((time.perf_counter() - t0) * 1e3, 2)}
+        if reason is None:
+            t0 = time.perf_counter()
+            try:
+                await self._loader_call(push.verify["blobs"])
+                return {"ran": True, "ms": round((time.perf_counter() - t0) * 1e3, 2)}
+            except SGLangRequestError as exc:  # the load itself succeeded: it serves, unverified, and the log says so
+                reason = f"the verify request failed: {exc}"
+        logger.warning("sglang_lora: version %d is not verified byte for byte in SGLang's pool: %s", push.version,
+                       reason)
+        return {"ran": False, "reason": reason}
 
     def _resident_state(self) -> dict[str, Any]:
         return {"attached": self.resident.attached, "disabled": self.resident.disabled}

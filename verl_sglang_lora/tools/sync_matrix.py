@@ -252,11 +252,11 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         flat = collector.collect(iter(versions[i % 2]), names.resolve_lora)
         torch.cuda.synchronize()
 
-    def timed_call(build: Callable[[], Any], into: PathTimes | None, graphed_write: bool | None = None) -> float:
+    def timed_call(build: Callable[[], Any], into: PathTimes | None, expect_graphed: bool | None = None) -> float:
         """Build one loader call, send it, check its answer; its phases into ``into`` (None: warm-up): the client's
         build, the round trip split at the loader's entry stamp (same host clock) into the way in, the loader (its
         work, before it reports) and the way back (the report's two small copies and sync, SGLang's answer), and the
-        client's check (reading the answer). ``graphed_write``: whether the loader must have replayed the slot's CUDA
+        client's check (reading the answer). ``expect_graphed``: whether the loader must have replayed the slot's CUDA
         graph (a row must not mix graphed and eager writes)."""
         t0 = time.perf_counter()
         call = build()
@@ -267,8 +267,8 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         t_checked = time.perf_counter()
         if into is not None:
             result = call.result()
-            if graphed_write is not None and bool(result["graphed"]) != graphed_write:
-                raise RuntimeError(f"write {'not ' if graphed_write else ''}replayed as the slot's CUDA graph: "
+            if expect_graphed is not None and bool(result["graphed"]) != expect_graphed:
+                raise RuntimeError(f"write {'not ' if expect_graphed else ''}replayed as the slot's CUDA graph: "
                                    f"{result.get('message')!r}")
             round_trip, inbound = (t_back - t1) * 1e3, (result["start_wall_ns"] - sent_ns) / 1e6
             loader_ms = result["total_ns"] / 1e6
