@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from tests.conftest import sglang_or_skip
+from verl_sglang_lora.runtime.resident.protocol import ErrorCode
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBPROCESS_RELEASES = {  # release -> selfcheck arguments (0.5.23 gets the full matrix; 0.5.18 the hardest case:
@@ -119,16 +120,17 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
     stale = c["stale_sum_status"]
     if tp == 1:
         assert attach["verified_by"] == write["verified_by"] == 2
-        assert not stale["ok"] and stale["error"] == 12
+        assert not stale["ok"] and stale["error"] == ErrorCode.MISMATCH
     else:
         assert attach["verified_by"] == write["verified_by"] == 1 and stale["ok"]
     assert write["scaling"] == 2.0 and write["lora_r"] == rank  # selfcheck's alpha is 2r
     # a normal load proven byte for byte against the tensors it came from (this rank's slice); refused against others
     verified, wrong = c["verify_status"], c["verify_wrong_status"]
     assert verified["ok"] and verified["copies"] == 28 and verified["src_checksum"] == verified["dst_checksum"]
-    assert not wrong["ok"] and wrong["error"] == 12 and "other bytes for 'reference'" in c["verify_wrong_message"]
-    assert not c["unknown_slot_status"]["ok"] and c["unknown_slot_status"]["error"] == 4
-    assert c["unpinned_status"]["error"] == 10 and "not pinned" in c["unpinned_message"]
+    assert not wrong["ok"] and wrong["error"] == ErrorCode.MISMATCH
+    assert "other bytes for 'reference'" in c["verify_wrong_message"]
+    assert not c["unknown_slot_status"]["ok"] and c["unknown_slot_status"]["error"] == ErrorCode.UNKNOWN_SLOT
+    assert c["unpinned_status"]["error"] == ErrorCode.NOT_PINNED and "not pinned" in c["unpinned_message"]
     # an empty header where the attach handed over no reply channel is not run: the slot keeps version 2's bytes
     kept = c["no_channel_then_checksum_status"]
     assert kept["ok"] and kept["seq"] == 31 and kept["version"] == 2 and kept["dst_checksum"] == write["dst_checksum"]
@@ -143,7 +145,7 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
     ping = c["reply_ping_status"]  # the benchmark's request floor: answered, nothing copied
     assert ping["ok"] and ping["seq"] == 21 and ping["copies"] == 0 and c["reply_ping_message"] == "pong"
     if tp == 1:  # a wrong trainer checksum fails on the reply channel too, with its reason
-        assert not reply_stale["ok"] and reply_stale["error"] == 12 and reply_stale["seq"] == 12
+        assert not reply_stale["ok"] and reply_stale["error"] == ErrorCode.MISMATCH and reply_stale["seq"] == 12
         assert "trainer's checksum" in c["reply_stale_sum_message"]
     else:
         assert reply_stale["ok"] and reply_stale["seq"] == 12
@@ -279,7 +281,7 @@ def test_protocol_round_trip_and_apply_never_raises():
         P.header_name("write", slot="a|b")
     apply(object(), P.request_tensors("write", status, None, message, slot="s", version=1, seq=9))
     got = P.read_status(status)
-    assert got["magic_ok"] and not got["ok"] and got["error"] == 3 and got["seq"] == 9
+    assert got["magic_ok"] and not got["ok"] and got["error"] == ErrorCode.LORA_DISABLED and got["seq"] == 9
     assert "enable-lora" in P.read_message(message)
     apply(object(), [("garbage", torch.zeros(1))])  # no header: logged, nothing raised
     # a reply channel the loader could never answer on is refused when the attach is parsed, not at the first write

@@ -13,13 +13,15 @@ import inspect
 import weakref
 from typing import Any, Iterable, Iterator
 
+from .protocol import ErrorCode as E
+
 _MANAGERS: dict[int, "weakref.ref[Any]"] = {}  # id(model) -> manager; weak, so tests do not pin pools
 
 
 class ResidentError(RuntimeError):
     """A guard of the resident path failed; ``code`` travels back in the status tensor."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: E, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -63,7 +65,7 @@ def find_lora_manager(model: Any) -> Any:
     if manager is None:  # slow path: any live object (only ever at attach)
         manager = _manager_in((o for o in gc.get_objects() if type(o).__name__ == "LoRAManager"), model)
     if manager is None:
-        raise ResidentError(3, "no LoRAManager holds the served model: launch SGLang with --enable-lora")
+        raise ResidentError(E.LORA_DISABLED, "no LoRAManager holds the served model: launch SGLang with --enable-lora")
     _MANAGERS[id(model)] = weakref.ref(manager)
     return manager
 
@@ -74,7 +76,7 @@ def resolve_uid(manager: Any, slot: str) -> str:
         return slot
     hits = [uid for uid, ref in manager.lora_refs.items() if getattr(ref, "lora_name", None) == slot]
     if len(hits) != 1:
-        raise ResidentError(4, f"slot {slot!r}: {len(hits)} loaded adapters carry that name")
+        raise ResidentError(E.UNKNOWN_SLOT, f"slot {slot!r}: {len(hits)} loaded adapters carry that name")
     return hits[0]
 
 
@@ -82,7 +84,7 @@ def buffer_id(manager: Any, uid: str) -> int:
     """The pool slot index holding ``uid`` (raises if the adapter is not resident)."""
     slot = manager.memory_pool.uid_to_buffer_id.get(uid)
     if slot is None:
-        raise ResidentError(5, f"adapter {uid} is not resident in the LoRA memory pool")
+        raise ResidentError(E.NOT_RESIDENT, f"adapter {uid} is not resident in the LoRA memory pool")
     return int(slot)
 
 
@@ -119,5 +121,5 @@ def new_adapter(manager: Any, uid: str) -> Any:
         elif name == "base_hf_config":
             kwargs[name] = manager.base_hf_config
         elif param.default is inspect.Parameter.empty:
-            raise ResidentError(6, f"cannot rebuild {cls.__name__}: no value for {name!r}")
+            raise ResidentError(E.ADAPTER_REBUILD, f"cannot rebuild {cls.__name__}: no value for {name!r}")
     return cls(**kwargs)

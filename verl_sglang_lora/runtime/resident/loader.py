@@ -40,6 +40,7 @@ from typing import Any, Iterable, Optional
 import torch
 
 from . import protocol as P
+from .protocol import ErrorCode as E
 from .access import (ResidentError, buffer_id, ensure_resident, find_lora_manager, is_pinned,
                      notify_slots_updated, resolve_uid)
 from . import graphed_write
@@ -91,8 +92,8 @@ def _layout_for(manager: Any, uid: str, tensors: dict, known: Optional[SlotLayou
             pass
     layout = trace_layout(manager, uid, tensors)
     if layout.unused_sources:
-        raise ResidentError(7, f"SGLang's load ignores {len(layout.unused_sources)} tensors, e.g. "
-                               f"{layout.unused_sources[0]}: they would never reach the slot")
+        raise ResidentError(E.UNSUPPORTED_LAYOUT, f"SGLang's load ignores {len(layout.unused_sources)} tensors, "
+                                                  f"e.g. {layout.unused_sources[0]}: they would never reach the slot")
     return layout
 
 
@@ -124,7 +125,7 @@ def _copy(pairs: list[CopyPair], checksum: bool, state: Optional[SlotState] = No
         out.update({P.SRC0: src[0], P.SRC1: src[1], P.DST0: dst[0], P.DST1: dst[1], P.VERIFIED_BY: P.BY_SOURCE,
                     P.VERIFY_NS: time.perf_counter_ns() - t1})
         if src != dst:
-            raise ResidentError(12, f"slot checksum {dst} != source checksum {src}")
+            raise ResidentError(E.MISMATCH, f"slot checksum {dst} != source checksum {src}")
         return out
     dst, clean = mirror.checksum(), mirror.zero_blocks_clean()
     out = _checked(out, trainer_sum, state, dst, clean)
@@ -147,11 +148,11 @@ def _checked(out: dict[int, int], trainer_sum: Optional[tuple[int, int]], state:
     by = P.BY_TRAINER_SUM if trainer_sum is not None else P.BY_SOURCE
     out.update({P.SRC0: src[0], P.SRC1: src[1], P.DST0: dst[0], P.DST1: dst[1], P.VERIFIED_BY: by})
     if not clean:
-        raise ResidentError(12, "a zero block of the slot (rows SGLang zeroes, e.g. a missing k_proj) holds "
-                                "non-zero bytes")
+        raise ResidentError(E.MISMATCH, "a zero block of the slot (rows SGLang zeroes, e.g. a missing k_proj) "
+                                        "holds non-zero bytes")
     if src != dst:
         whose = "the trainer's checksum" if by == P.BY_TRAINER_SUM else "source checksum"
-        raise ResidentError(12, f"slot checksum {dst} != {whose} {src}")
+        raise ResidentError(E.MISMATCH, f"slot checksum {dst} != {whose} {src}")
     return out
 
 
@@ -197,10 +198,10 @@ def _how_verified(fields: dict[int, int], why: str) -> str:
 def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
     name = req.get("slot")
     if not name:
-        raise ResidentError(1, f"op={req.op} needs slot=<lora_name>")
+        raise ResidentError(E.BAD_REQUEST, f"op={req.op} needs slot=<lora_name>")
     uid = resolve_uid(manager, name)
     if not is_pinned(manager, uid) and req.get("allow_unpinned") != "1":
-        raise ResidentError(10, f"slot {name!r} is not pinned: SGLang may evict it and reload stale weights")
+        raise ResidentError(E.NOT_PINNED, f"slot {name!r} is not pinned: SGLang may evict it and reload stale weights")
     return uid, ensure_resident(manager, uid)
 
 
@@ -223,15 +224,15 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
         fields[P.MISMATCHES] = len(mismatches)
         text = "\n".join(str(m) for m in mismatches) or "slots are byte-identical"
         if mismatches and req.get("fail_on_mismatch", "1") == "1":
-            raise ResidentError(14, text)
+            raise ResidentError(E.SLOTS_DIFFER, text)
         return fields, text
     if req.op == "verify":
         return _verify(manager, uid, slot, req, fields)
     if state is not None and state.buffer_id != slot:
-        raise ResidentError(9, f"slot {uid} moved from pool index {state.buffer_id} to {slot}")
+        raise ResidentError(E.SLOT_MOVED, f"slot {uid} moved from pool index {state.buffer_id} to {slot}")
     if req.op == "attach":
         if not req.tensors:
-            raise ResidentError(1, "op=attach carries the adapter tensors")
+            raise ResidentError(E.BAD_REQUEST, "op=attach carries the adapter tensors")
         layout = _layout_for(manager, uid, req.tensors, state.layout if state else None)
         pairs = bind(layout, manager.memory_pool, slot, req.tensors)
         mirror, reason = _build_mirror(req, pairs, uid)
@@ -246,7 +247,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
                         + ("" if check == "absent" else f"; SGLang's per-request update check: {check}"))
     if req.op == "checksum":
         if state is None:
-            raise ResidentError(11, "op=checksum needs an attached slot")
+            raise ResidentError(E.NOT_ATTACHED, "op=checksum needs an attached slot")
         d0, d1 = state.mirror.checksum() if state.mirror is not None else slot_checksum(state.pairs)
         fields.update({P.DST0: d0, P.DST1: d1, P.N_COPIES: len(state.pairs),
                        P.VERIFIED_BY: P.BY_TRAINER_SUM if state.mirror is not None else P.BY_SOURCE})
@@ -258,7 +259,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
     elif state is not None:
         pairs = state.pairs
     else:
-        raise ResidentError(11, "op=write without adapter tensors needs an attached slot")
+        raise ResidentError(E.NOT_ATTACHED, "op=write without adapter tensors needs an attached slot")
     fields.update(_copy(pairs, req.get("checksum", "1") == "1", state, _trainer_sum(req)))
     notify_slots_updated(manager, {slot})
     if state is not None:
@@ -278,7 +279,7 @@ def _ping(req: P.Request) -> str:
         if mode is None:
             continue
         if mode not in ("0", "1"):
-            raise ResidentError(1, f"op=ping {key}={mode!r}: 0 ({off}) or 1 ({on})")
+            raise ResidentError(E.BAD_REQUEST, f"op=ping {key}={mode!r}: 0 ({off}) or 1 ({on})")
         label = "SGLang's per-request update check" if key == "update_check" else "in-place writes"
         answer += f"; {label}: {switch(mode == '1')}"
     return answer
@@ -298,14 +299,14 @@ def _verify(manager: Any, uid: str, slot: int, req: P.Request, fields: dict[int,
     """SGLang's own load of ``uid`` against the tensors it was loaded from (traced for this rank, checksummed both
     sides in plan order)."""
     if not req.tensors:
-        raise ResidentError(1, "op=verify carries the adapter tensors the loaded adapter must hold")
+        raise ResidentError(E.BAD_REQUEST, "op=verify carries the adapter tensors the loaded adapter must hold")
     pairs = bind(_layout_for(manager, uid, req.tensors, None), manager.memory_pool, slot, req.tensors)
     src, dst = pair_checksums(pairs)
     fields.update({P.SRC0: src[0], P.SRC1: src[1], P.DST0: dst[0], P.DST1: dst[1], P.N_COPIES: len(pairs),
                    P.VERIFIED_BY: P.BY_SOURCE})
     if src != dst:
-        raise ResidentError(12, f"the pool holds other bytes for {req.get('slot')!r} than the tensors sent: slot "
-                                f"checksum {dst} != source {src}")
+        raise ResidentError(E.MISMATCH, f"the pool holds other bytes for {req.get('slot')!r} than the tensors sent: "
+                                        f"slot checksum {dst} != source {src}")
     return fields, f"verified {len(pairs)} blocks against the tensors sent"
 
 
@@ -333,10 +334,11 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
         fields, message = handle(model, req)
         fields.update({P.STATE: P.OK, P.SEQ: seq, P.TOTAL_NS: time.perf_counter_ns() - t0})
     except ResidentError as exc:
-        fields, message = {P.STATE: P.FAILED, P.ERROR: exc.code, P.SEQ: seq}, str(exc)
+        fields, message = {P.STATE: P.FAILED, P.ERROR: int(exc.code), P.SEQ: seq}, str(exc)
         logger.error("verl resident loader: op=%s failed (%s): %s", req.op, P.ERRORS.get(exc.code), exc)
     except Exception as exc:  # noqa: BLE001 - must not escape into SGLang's request loop
-        fields, message = {P.STATE: P.FAILED, P.ERROR: 2, P.SEQ: seq}, f"{type(exc).__name__}: {exc}"
+        fields = {P.STATE: P.FAILED, P.ERROR: E.LOADER_EXCEPTION.value, P.SEQ: seq}
+        message = f"{type(exc).__name__}: {exc}"
         logger.exception("verl resident loader: op=%s raised", req.op)
     fields[P.START_WALL_NS] = wall0
     try:  # the message first, unsynced: the status row's copy and sync on the same stream cover both
@@ -351,6 +353,7 @@ def _reply_channel(model: Any, req: P.Request) -> tuple[torch.Tensor, torch.Tens
     manager = find_lora_manager(model)
     state = _SLOTS.get((id(manager), resolve_uid(manager, req.get("slot") or "")))
     if state is None or state.reply is None:
-        raise ResidentError(11, f"slot {req.get('slot')!r} has no reply channel: its attach did not hand one over")
+        raise ResidentError(E.NOT_ATTACHED,
+                            f"slot {req.get('slot')!r} has no reply channel: its attach did not hand one over")
     return state.reply
 

@@ -27,6 +27,7 @@ the scheduler's request loop). So:
 
 from __future__ import annotations
 
+import enum
 import struct
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
@@ -52,21 +53,39 @@ OPS = ("attach", "write", "compare", "checksum", "detach", "ping", "verify")
 NOT_VERIFIED, BY_SOURCE, BY_TRAINER_SUM = 0, 1, 2
 PENDING, OK, FAILED = 0, 1, 2
 
+
+class ErrorCode(enum.IntEnum):
+    """Why a loader request failed: the value travels in the status row's ERROR field (0: none)."""
+
+    BAD_REQUEST = 1
+    LOADER_EXCEPTION = 2
+    LORA_DISABLED = 3
+    UNKNOWN_SLOT = 4
+    NOT_RESIDENT = 5
+    ADAPTER_REBUILD = 6
+    UNSUPPORTED_LAYOUT = 7
+    TRACE_INCONSISTENT = 8
+    SLOT_MOVED = 9
+    NOT_PINNED = 10
+    NOT_ATTACHED = 11
+    MISMATCH = 12
+    SLOTS_DIFFER = 14  # 13 is not used: it was declared and never raised, and is kept free so old logs read the same
+
+
 ERRORS = {
-    1: "bad request",
-    2: "unexpected exception in the loader",
-    3: "LoRA is not enabled on the server",
-    4: "unknown slot name",
-    5: "slot adapter is not resident in the pool",
-    6: "cannot rebuild SGLang's LoRAAdapter",
-    7: "unsupported adapter or pool layout",
-    8: "traced layout is inconsistent",
-    9: "slot moved to another pool index since attach",
-    10: "slot adapter is not pinned",
-    11: "no attached sources for this slot",
-    12: "checksum of the written slot differs from the source",
-    13: "adapter tensors differ from the attached layout",
-    14: "slots differ",
+    ErrorCode.BAD_REQUEST: "bad request",
+    ErrorCode.LOADER_EXCEPTION: "unexpected exception in the loader",
+    ErrorCode.LORA_DISABLED: "LoRA is not enabled on the server",
+    ErrorCode.UNKNOWN_SLOT: "unknown slot name",
+    ErrorCode.NOT_RESIDENT: "slot adapter is not resident in the pool",
+    ErrorCode.ADAPTER_REBUILD: "cannot rebuild SGLang's LoRAAdapter",
+    ErrorCode.UNSUPPORTED_LAYOUT: "unsupported adapter or pool layout",
+    ErrorCode.TRACE_INCONSISTENT: "traced layout is inconsistent",
+    ErrorCode.SLOT_MOVED: "slot moved to another pool index since attach",
+    ErrorCode.NOT_PINNED: "slot adapter is not pinned",
+    ErrorCode.NOT_ATTACHED: "no attached sources for this slot",
+    ErrorCode.MISMATCH: "checksum of the written slot differs from the source",
+    ErrorCode.SLOTS_DIFFER: "slots differ",
 }
 
 

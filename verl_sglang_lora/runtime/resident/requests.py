@@ -21,7 +21,7 @@ import torch
 from verl_sglang_lora.runtime.resident import protocol as P
 
 SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
-MISMATCH = 12  # the loader's error code for bytes that differ from the tensors sent (protocol.ERRORS)
+MISMATCH = P.ErrorCode.MISMATCH  # the loader's answer for bytes that differ from the tensors sent
 logger = logging.getLogger(__name__)
 
 

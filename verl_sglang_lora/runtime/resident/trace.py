@@ -24,6 +24,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from .access import ResidentError, new_adapter
+from .protocol import ErrorCode as E
 from .plan import UNTOUCHED, Block, SlotLayout, blocks_from_trace, source_specs
 
 _EMPTY_DICT_ATTRS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer",
@@ -84,7 +85,7 @@ def _dense_keys(pool: Any) -> list[str]:
     keys = sorted(set(pool.A_buffer) | set(pool.B_buffer))
     moe = [k for k in keys if pool.A_buffer[k][0].dim() != 3 or pool.B_buffer[k][0].dim() != 3]
     if moe:  # SGLang pre-scales MoE B by lora_alpha/r while loading: not a copy, so no copy plan
-        raise ResidentError(7, f"MoE LoRA pool buffers {moe} are not supported by the resident path")
+        raise ResidentError(E.UNSUPPORTED_LAYOUT, f"MoE LoRA pool buffers {moe} are not supported by the resident path")
     return keys
 
 
@@ -128,9 +129,11 @@ def trace_layout(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor]) ->
     for spec in specs:
         layer = layer_of(spec.name)
         if layer is None:
-            raise ResidentError(7, f"{spec.name}: not a per-layer LoRA weight (embedding LoRA is not supported)")
+            raise ResidentError(E.UNSUPPORTED_LAYOUT,
+                                f"{spec.name}: not a per-layer LoRA weight (embedding LoRA is not supported)")
         if len(spec.shape) != 2:
-            raise ResidentError(7, f"{spec.name}: {len(spec.shape)}-D LoRA weight (only 2-D dense weights)")
+            raise ResidentError(E.UNSUPPORTED_LAYOUT,
+                                f"{spec.name}: {len(spec.shape)}-D LoRA weight (only 2-D dense weights)")
         by_layer[layer].append(spec)
     blocks: list[Block] = []
     for layer in range(pool.num_layer):  # layers without weights still get SGLang's zero writes
@@ -145,7 +148,7 @@ def trace_layout(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor]) ->
             spec = by_name[b.src]
             last = b.offset + (b.rows - 1) * b.stride + b.cols
             if b.offset < 0 or last > spec.numel:
-                raise ResidentError(8, f"traced block reads outside {b.src}: {b}")
+                raise ResidentError(E.TRACE_INCONSISTENT, f"traced block reads outside {b.src}: {b}")
     return SlotLayout(
         rank=int(manager.loras[uid].config.r),
         tp_rank=int(getattr(pool, "tp_rank", 0)),
