@@ -463,6 +463,7 @@ class Doctor:
         self.guarded("memory tags", self.check_memory, plan, cfg)
         if str(_select(cfg, "actor_rollout_ref.actor.strategy")) == "megatron" and plan.enabled:
             self.guarded("megatron stack", self.check_megatron_stack, cfg)
+            self.guarded("megatron-bridge pins", self.check_megatron_bridge_pins)
 
     # ---- topology (issue 18 items 1 and 4; docs/topology.md) ----------------------------------------------
     def check_topology(self, cfg: Any) -> None:
@@ -542,6 +543,30 @@ class Doctor:
             fix += ("; or actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=unfused "
                     "(fused, cuDNN, failed in the backward on the H200 with a self-built TE)")
         self.add("megatron stack", WARN, detail, fix + " (docs/megatron_gpu.md)")
+
+    def check_megatron_bridge_pins(self, path: list[str] | None = None) -> None:
+        """megatron-bridge's declared transformers range against the installed transformers: the stack goes in with
+        --no-deps, so nothing enforces it, and a pair outside it broke at import on the H200 (docs/megatron_gpu.md).
+        ``path``: where to read the metadata (default: sys.path)."""
+        from verl_sglang_lora.runtime.bridge_registrations import OPT_OUT_ENV
+        from verl_sglang_lora.tools.declared_pins import unmet_requirement
+
+        unmet = unmet_requirement("megatron-bridge", "transformers", path)
+        if unmet is None:
+            return
+        declared = (f"{unmet.dist} {unmet.dist_version} declares {unmet.requirement}; "
+                    f"transformers {unmet.installed} is installed")
+        fix = (f"install the transformers {unmet.dist} declares, or a {unmet.dist} release that declares transformers "
+               f"{unmet.installed} (docs/megatron_gpu.md, 'Declared pins the carry does not meet')")
+        if os.environ.get(OPT_OUT_ENV, "1") == "0":
+            self.add("megatron-bridge pins", WARN, f"{declared}, and {OPT_OUT_ENV}=0 turns the plugin's registration "
+                     "guard off: where the bridge re-registers a model type this transformers ships, "
+                     "`from megatron.bridge import AutoBridge` raises 'already used' in every Megatron worker",
+                     f"unset {OPT_OUT_ENV}, or {fix}")
+            return
+        self.add("megatron-bridge pins", WARN, f"{declared}. The plugin's registration guard skips the bridge's "
+                 "re-registrations of model types this transformers ships (each one logged); any other break of "
+                 "the pair shows only when the Megatron workers import it", fix)
 
     def check_overlay(self, cfg: Any) -> None:
         name = _select(cfg, "actor_rollout_ref.rollout.name")
