@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,28 @@ def sglang_or_skip(module: str = "sglang.srt.managers.io_struct"):
     except Exception as exc:  # a half-installed SGLang raises KeyError on re-import, not only ImportError
         pytest.skip(f"SGLang not importable here: {type(exc).__name__}: {exc}")
 
+
+LOCKS = Path(__file__).resolve().parents[1] / "scripts" / "offline_bundle"
+
+
+def lock_pin(lock: str, dist: str) -> str:
+    """The version a GPU bundle lock (scripts/offline_bundle/LOCK) pins for ``dist``."""
+    return re.search(rf"^{re.escape(dist)}==(\S+)", (LOCKS / lock).read_text(), re.M).group(1)
+
+
+def megatron_bridge_release_or_skip() -> Path:
+    """.cache/megatron_bridge/<the Megatron carry's> (scripts/megatron_bridge_release.sh): megatron-core and
+    megatron-bridge under SGLang 0.5.23's transformers. Skip without it, except where the suite demands it."""
+    import os
+
+    version = lock_pin("requirements-megatron.lock", "megatron-bridge")
+    path = LOCKS.parents[1] / ".cache" / "megatron_bridge" / version
+    if not (path / "megatron" / "core").is_dir() or not (path / "megatron" / "bridge").is_dir():
+        if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":  # scripts/run_cpu_tests.sh builds it
+            pytest.fail(f"{path} lacks megatron/core or megatron/bridge: "
+                        f"bash scripts/megatron_bridge_release.sh {version}")
+        pytest.skip(f"{path} missing (bash scripts/megatron_bridge_release.sh {version})")
+    return path
 
 
 # ---- xdist scheduling (scripts/run_cpu_tests.sh runs `-n <cores> --dist loadfile`) ---------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -22,18 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import lock_pin, megatron_bridge_release_or_skip
+
 ROOT = Path(__file__).resolve().parents[1]
-LOCK = ROOT / "scripts" / "offline_bundle" / "requirements-megatron.lock"
-
-
-def _bridge_dir() -> Path:
-    version = re.search(r"^megatron-bridge==(\S+)", LOCK.read_text(), re.M).group(1)
-    path = ROOT / ".cache" / "megatron_bridge" / version
-    if not (path / "megatron" / "bridge").is_dir():
-        if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":  # scripts/run_cpu_tests.sh builds it
-            pytest.fail(f"{path} missing: bash scripts/megatron_bridge_release.sh {version}")
-        pytest.skip(f"{path} missing (bash scripts/megatron_bridge_release.sh {version})")
-    return path
 
 
 def _run(code: str, pythonpath: list[Path], **env: str) -> dict:
@@ -78,11 +68,9 @@ def _overlay(tmp_path: Path, bridge: Path) -> Path:
 
 @pytest.mark.parametrize("guard", ["0", "1"])
 def test_megatron_bridge_qwen3_asr_under_sglang_0523_transformers(guard: str, tmp_path: Path) -> None:
-    bridge = _bridge_dir()
+    bridge = megatron_bridge_release_or_skip()
     out = _run(QWEN3_ASR, [_overlay(tmp_path, bridge), bridge], GUARD=guard)
-    assert out["transformers"] == re.search(
-        r"^transformers==(\S+)", (ROOT / "scripts/offline_bundle/requirements-sglang0.5.23.lock").read_text(), re.M
-    ).group(1)
+    assert out["transformers"] == lock_pin("requirements-sglang0.5.23.lock", "transformers")
     assert out["served_by"].startswith("transformers.models.qwen3_asr.")
     if guard == "0":  # the H200's failure (docs/validation.md, session 17)
         assert out["error"] and "'qwen3_asr' is already used by a Transformers config" in out["error"]
@@ -97,7 +85,7 @@ def test_megatron_bridge_qwen3_asr_under_sglang_0523_transformers(guard: str, tm
 
 
 def test_opt_out_leaves_transformers_alone(tmp_path: Path) -> None:
-    bridge = _bridge_dir()
+    bridge = megatron_bridge_release_or_skip()
     out = _run(QWEN3_ASR, [_overlay(tmp_path, bridge), bridge], GUARD="1", VERL_SGLANG_LORA_BRIDGE_REGISTRATIONS="0")
     assert not out["armed"] and out["guarded"] == [] and out["skipped"] == []
     assert out["error"] and "already used" in out["error"]

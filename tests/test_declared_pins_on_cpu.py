@@ -7,33 +7,19 @@ rules (extras, markers, a satisfied pin, a missing distribution) use small dist-
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
 
+from tests.conftest import lock_pin, megatron_bridge_release_or_skip
 from verl_sglang_lora.runtime.bridge_registrations import OPT_OUT_ENV
 from verl_sglang_lora.tools.declared_pins import unmet_requirement
 from verl_sglang_lora.tools.doctor import WARN, Doctor
 
-ROOT = Path(__file__).resolve().parents[1]
-LOCKS = ROOT / "scripts" / "offline_bundle"
-
-
-def _pin(lock: str, dist: str) -> str:
-    return re.search(rf"^{dist}==(\S+)", (LOCKS / lock).read_text(), re.M).group(1)
-
-
 @pytest.fixture(scope="module")
 def release() -> Path:
-    path = ROOT / ".cache" / "megatron_bridge" / _pin("requirements-megatron.lock", "megatron-bridge")
-    if not list(path.glob("megatron_bridge-*.dist-info")):
-        if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":  # scripts/run_cpu_tests.sh builds it
-            pytest.fail(f"{path} missing: bash scripts/megatron_bridge_release.sh")
-        pytest.skip(f"{path} missing (bash scripts/megatron_bridge_release.sh)")
-    return path
+    return megatron_bridge_release_or_skip()
 
 
 def _dist(root: Path, name: str, version: str, *requires: str) -> None:
@@ -47,8 +33,8 @@ def _dist(root: Path, name: str, version: str, *requires: str) -> None:
 def test_the_h200_pair_is_unmet(release: Path) -> None:
     unmet = unmet_requirement("megatron-bridge", "transformers", [str(release)])
     assert unmet is not None
-    assert unmet.dist_version == _pin("requirements-megatron.lock", "megatron-bridge")
-    assert unmet.installed == _pin("requirements-sglang0.5.23.lock", "transformers")
+    assert unmet.dist_version == lock_pin("requirements-megatron.lock", "megatron-bridge")
+    assert unmet.installed == lock_pin("requirements-sglang0.5.23.lock", "transformers")
     assert not SpecifierSet(unmet.requirement.removeprefix("transformers")).contains(unmet.installed)
 
 
@@ -73,9 +59,9 @@ def test_doctor_warns_with_both_versions_and_the_guard(release: Path, monkeypatc
     doctor.check_megatron_bridge_pins([str(release)])
     (row,) = doctor.checks
     assert row.name == "megatron-bridge pins" and row.status == WARN
-    bridge = _pin("requirements-megatron.lock", "megatron-bridge")
+    bridge = lock_pin("requirements-megatron.lock", "megatron-bridge")
     assert f"megatron-bridge {bridge} declares transformers<" in row.detail
-    assert f"transformers {_pin('requirements-sglang0.5.23.lock', 'transformers')} is installed" in row.detail
+    assert f"transformers {lock_pin('requirements-sglang0.5.23.lock', 'transformers')} is installed" in row.detail
     assert "registration guard skips" in row.detail and "docs/megatron_gpu.md" in row.fix
 
     monkeypatch.setenv(OPT_OUT_ENV, "0")

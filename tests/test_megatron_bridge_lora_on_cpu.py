@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -31,23 +30,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import lock_pin, megatron_bridge_release_or_skip
+
 ROOT = Path(__file__).resolve().parents[1]
-LOCKS = ROOT / "scripts" / "offline_bundle"
 TE_STANDIN = Path(__file__).resolve().parent / "te_standin"
-
-
-def _pin(lock: str, dist: str) -> str:
-    return re.search(rf"^{dist}==(\S+)", (LOCKS / lock).read_text(), re.M).group(1)
-
-
-def _release_dir() -> Path:
-    version = _pin("requirements-megatron.lock", "megatron-bridge")
-    path = ROOT / ".cache" / "megatron_bridge" / version
-    if not (path / "megatron" / "core").is_dir() or not (path / "megatron" / "bridge").is_dir():
-        if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":  # scripts/run_cpu_tests.sh builds it
-            pytest.fail(f"{path} lacks megatron/core or megatron/bridge: bash scripts/megatron_bridge_release.sh {version}")
-        pytest.skip(f"{path} missing (bash scripts/megatron_bridge_release.sh {version})")
-    return path
 
 
 MEGATRON_PATH = r"""
@@ -143,7 +129,8 @@ with torch.no_grad():
             p.copy_(torch.randn(p.shape, generator=gen))
 trainable = sorted(n for n, p in params.items() if p.requires_grad)
 
-exported = {name: t.detach().clone() for name, t in bridge.export_adapter_weights(module, cpu=True, show_progress=False)}
+exported = {name: t.detach().clone()
+            for name, t in bridge.export_adapter_weights(module, cpu=True, show_progress=False)}
 expected = {}
 for i in range(hf["num_hidden_layers"]):
     m, h = f"decoder.layers.{i}.", f"model.layers.{i}."
@@ -167,7 +154,8 @@ adapter_mismatch = sorted(n for n, t in expected.items() if n in by_key and not 
 
 from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
-collected = AdapterCollector("cpu").collect(iter(exported.items()), ModelWeightNames.from_model_path(model_dir).resolve_lora)
+names = ModelWeightNames.from_model_path(model_dir)
+collected = AdapterCollector("cpu").collect(iter(exported.items()), names.resolve_lora)
 print(json.dumps({
     "transformers": transformers.__version__,
     "megatron_core": __import__("importlib.metadata").metadata.version("megatron-core"),
@@ -183,7 +171,7 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def megatron_run(tmp_path_factory) -> dict:
-    release = _release_dir()
+    release = megatron_bridge_release_or_skip()
     import socket
 
     with socket.socket() as s:
@@ -199,8 +187,8 @@ def megatron_run(tmp_path_factory) -> dict:
 
 
 def test_the_stack_is_the_carry_under_sglang_0523s_transformers(megatron_run: dict) -> None:
-    assert megatron_run["transformers"] == _pin("requirements-sglang0.5.23.lock", "transformers")
-    assert megatron_run["megatron_core"] == _pin("requirements-megatron.lock", "megatron-core")
+    assert megatron_run["transformers"] == lock_pin("requirements-sglang0.5.23.lock", "transformers")
+    assert megatron_run["megatron_core"] == lock_pin("requirements-megatron.lock", "megatron-core")
     # the guard is what let the import through (the H200's break); nothing else was skipped
     assert {(auto, t) for auto, t, _ in megatron_run["skipped"]} == {
         ("AutoConfig", "qwen3_asr"), ("AutoModel", "qwen3_asr"), ("AutoProcessor", "qwen3_asr")}

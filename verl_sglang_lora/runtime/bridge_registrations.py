@@ -129,10 +129,15 @@ class _OnBridgeImport(importlib.abc.MetaPathFinder):
         return None
 
 
+def opted_out() -> bool:
+    """``VERL_SGLANG_LORA_BRIDGE_REGISTRATIONS=0``: the guard stays off in this process."""
+    return os.environ.get(OPT_OUT_ENV, "1") == "0"
+
+
 def install() -> bool:
     """Arm the guard for this process: True when it will act at the first ``import megatron.bridge`` (not where the
     bridge is already imported, or with the opt-out). Idempotent."""
-    if os.environ.get(OPT_OUT_ENV, "1") == "0" or BRIDGE_PACKAGE in sys.modules:
+    if opted_out() or BRIDGE_PACKAGE in sys.modules:
         return False
     if not any(isinstance(finder, _OnBridgeImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _OnBridgeImport())

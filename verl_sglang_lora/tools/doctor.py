@@ -548,7 +548,7 @@ class Doctor:
         """megatron-bridge's declared transformers range against the installed transformers: the stack goes in with
         --no-deps, so nothing enforces it, and a pair outside it broke at import on the H200 (docs/megatron_gpu.md).
         ``path``: where to read the metadata (default: sys.path)."""
-        from verl_sglang_lora.runtime.bridge_registrations import OPT_OUT_ENV
+        from verl_sglang_lora.runtime.bridge_registrations import OPT_OUT_ENV, opted_out
         from verl_sglang_lora.tools.declared_pins import unmet_requirement
 
         unmet = unmet_requirement("megatron-bridge", "transformers", path)
@@ -558,7 +558,7 @@ class Doctor:
                     f"transformers {unmet.installed} is installed")
         fix = (f"install the transformers {unmet.dist} declares, or a {unmet.dist} release that declares transformers "
                f"{unmet.installed} (docs/megatron_gpu.md, 'Declared pins the carry does not meet')")
-        if os.environ.get(OPT_OUT_ENV, "1") == "0":
+        if opted_out():
             self.add("megatron-bridge pins", WARN, f"{declared}, and {OPT_OUT_ENV}=0 turns the plugin's registration "
                      "guard off: where the bridge re-registers a model type this transformers ships, "
                      "`from megatron.bridge import AutoBridge` raises 'already used' in every Megatron worker",

@@ -337,7 +337,7 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
         fields, message = {P.STATE: P.FAILED, P.ERROR: int(exc.code), P.SEQ: seq}, str(exc)
         logger.error("verl resident loader: op=%s failed (%s): %s", req.op, P.ERRORS.get(exc.code), exc)
     except Exception as exc:  # noqa: BLE001 - must not escape into SGLang's request loop
-        fields = {P.STATE: P.FAILED, P.ERROR: E.LOADER_EXCEPTION.value, P.SEQ: seq}
+        fields = {P.STATE: P.FAILED, P.ERROR: int(E.LOADER_EXCEPTION), P.SEQ: seq}
         message = f"{type(exc).__name__}: {exc}"
         logger.exception("verl resident loader: op=%s raised", req.op)
     fields[P.START_WALL_NS] = wall0

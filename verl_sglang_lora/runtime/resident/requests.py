@@ -21,7 +21,6 @@ import torch
 from verl_sglang_lora.runtime.resident import protocol as P
 
 SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
-MISMATCH = P.ErrorCode.MISMATCH  # the loader's answer for bytes that differ from the tensors sent
 logger = logging.getLogger(__name__)
 
 
@@ -211,7 +210,7 @@ def check_load_verify(result: dict, call: LoaderCall | None) -> None:
     failed = check_results([call])
     if failed is None:
         return
-    if call.result()["error"] == MISMATCH:
+    if call.result()["error"] == P.ErrorCode.MISMATCH:
         raise LoadVerifyError(f"sglang_lora: SGLang serves version {result.get('version')} as {result.get('name')} "
                               f"with other bytes than the trainer sent (loader verify): {failed}")
     logger.warning("sglang_lora: version %s loaded without the byte-level check: the loader's verify did not "
