@@ -13,10 +13,14 @@ transformers (.cache/megatron_bridge/, scripts/megatron_bridge_release.sh), and 
   q/k/v interleaved per query group the way megatron-core lays them out.
 - ``bridge.export_adapter_weights`` (what verl 0.9.1 sends the rollout): every name, shape and byte against the
   Megatron adapter parameters, derived here from the layouts, not from the bridge's own mapping.
+- The export as a function: the checkpoint in transformers with every exported pair merged gives the Megatron model's
+  own logits (fp32, ~2e-6 of the largest logit), before and after an optimizer step whose gradients reach every
+  adapter tensor and nothing else; a mis-routed pair or the base alone is off by more than the logits' size.
 - The plugin's own consumer: the export collected into its flat buffer with names resolved against the checkpoint.
 
-Not on this path: TransformerEngine (CUDA-only at import; tests/te_standin answers its imports, and the model is built
-from megatron-core's local layer spec), the GPU, actor TP/PP > 1.
+Not on this path: TransformerEngine (CUDA-only at import; tests/te_standin answers its imports, the model is built
+from megatron-core's local layer spec and torch RMSNorm, and its forward takes megatron-core's own non-TE code), the
+GPU, actor TP/PP > 1.
 """
 
 from __future__ import annotations
@@ -65,7 +69,15 @@ bridge = AutoBridge.from_hf_pretrained(model_dir, trust_remote_code=False)
 provider = bridge.to_megatron_provider(load_weights=False)
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer.enums import AttnBackend
-provider.transformer_layer_spec = get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
+# megatron-core's own modules throughout: the local layer spec, and its torch RMSNorm for the final norm too (the block
+# would take TE's, which the stand-in only names)
+from megatron.core.transformer.torch_norm import WrappedTorchNorm
+from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+def local_block_spec(*args, **kwargs):  # the provider calls a spec that is not a ModuleSpec with its config
+    return TransformerBlockSubmodules(
+        layer_specs=[get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")] * hf["num_hidden_layers"],
+        layer_norm=WrappedTorchNorm)
+provider.transformer_layer_spec = local_block_spec
 provider.apply_overrides_and_finalize(dtype=torch.float32, overrides=dict(
     tensor_model_parallel_size=1, pipeline_model_parallel_size=1, sequence_parallel=False, batch_p2p_comm=False,
     variable_seq_lengths=True, attention_backend=AttnBackend.unfused, moe_token_dispatcher_type="alltoall",
@@ -111,6 +123,7 @@ def same(what, a, b):
         base_mismatch.append(what)
 same("embed", params["embedding.word_embeddings.weight"], ckpt["model.embed_tokens.weight"])
 same("lm_head", params["output_layer.weight"], ckpt["lm_head.weight"])
+same("norm", params["decoder.final_layernorm.weight"], ckpt["model.norm.weight"])
 for i in range(hf["num_hidden_layers"]):
     m, h = f"decoder.layers.{i}.", f"model.layers.{i}."
     for part, name in zip(qkv_parts(params[m + "self_attention.linear_qkv.to_wrap.weight"]), "qkv"):
@@ -120,6 +133,10 @@ for i in range(hf["num_hidden_layers"]):
     same(f"{i}.gate_proj", fc1[:ffn], ckpt[h + "mlp.gate_proj.weight"])
     same(f"{i}.up_proj", fc1[ffn:], ckpt[h + "mlp.up_proj.weight"])
     same(f"{i}.down_proj", params[m + "mlp.linear_fc2.to_wrap.weight"], ckpt[h + "mlp.down_proj.weight"])
+    for mc_norm, hf_norm in (("input_layernorm", "input_layernorm"), ("pre_mlp_layernorm", "post_attention_layernorm"),
+                             ("self_attention.q_layernorm", "self_attn.q_norm"),
+                             ("self_attention.k_layernorm", "self_attn.k_norm")):
+        same(f"{i}.{hf_norm}", params[m + mc_norm + ".weight"], ckpt[h + hf_norm + ".weight"])
 
 # a trained adapter: LoRA's B starts at zero, so give every adapter tensor distinct values first
 gen = torch.Generator().manual_seed(0)
@@ -152,6 +169,61 @@ by_key = {key(n): t for n, t in exported.items()}
 adapter_mismatch = sorted(n for n, t in expected.items() if n in by_key and not (
     by_key[n].shape == t.shape and torch.equal(by_key[n].to(t.dtype), t)))
 
+# The export as a function: the checkpoint in transformers with each exported pair merged (W + alpha/r * B @ A, LoRA's
+# definition; what SGLang computes unmerged) must give the Megatron model's own logits, before and after a training step
+def served_logits(export, swap_gate_up=False):
+    ref = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    state = ref.state_dict()
+    adapter = {key(n): t.float() for n, t in export.items()}
+    for n in [n for n in adapter if n.endswith(".lora_A.weight")]:
+        stem = n.removesuffix(".lora_A.weight")
+        b = adapter[stem + ".lora_B.weight"]
+        if swap_gate_up and stem.endswith("gate_proj"):
+            b = adapter[stem.replace("gate_proj", "up_proj") + ".lora_B.weight"]
+        state[stem + ".weight"] += (lora.alpha / lora.rank) * b @ adapter[n]
+    ref.load_state_dict(state)
+    with torch.no_grad():
+        return ref(tokens).logits
+
+# megatron-core's RoPE moves its frequencies to torch.cuda.current_device() at the first forward: the CPU here
+torch.cuda.current_device = lambda: torch.device("cpu")
+# and takes TE's kernels where TE imports: the stand-in's placeholders compute nothing, so megatron-core's own
+# torch code paths (what it runs without TE) are selected
+import megatron.core.transformer.attention as mc_attention
+mc_attention.SplitAlongDim, mc_attention.HAVE_FUSED_QKV_ROPE = None, False
+# the model-parallel CUDA RNG (dropout under TP) has no CPU state; the tracker that forks nothing (dropout is 0)
+from megatron.core.tensor_parallel.random import initialize_rng_tracker
+initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+tokens = torch.randint(0, hf["vocab_size"], (2, 16), generator=gen)
+positions = torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
+causal = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool).triu(1).expand(tokens.shape[0], 1, -1, -1)  # True: masked
+model = module[0]
+def megatron_logits():
+    model.eval()
+    with torch.no_grad():
+        return model(tokens, positions, causal)
+def gap(a, b):
+    return float((a - b).abs().max() / b.abs().max())
+
+trained = megatron_logits()
+forward = {"trained": gap(served_logits(exported), trained),
+           "gate_up_swapped": gap(served_logits(exported, swap_gate_up=True), trained),
+           "base_only": gap(served_logits({}), trained)}
+model.train()
+logits = model(tokens, positions, causal)
+loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+loss.backward()
+with_grad = sorted(n for n, p in params.items() if p.grad is not None and bool(p.grad.abs().sum() > 0))
+with torch.no_grad():
+    for n, p in params.items():
+        if p.grad is not None:
+            p -= 0.5 * p.grad
+stepped = {name: t.detach().clone() for name, t in bridge.export_adapter_weights(module, cpu=True, show_progress=False)}
+after = megatron_logits()
+forward.update({"after_step": gap(served_logits(stepped), after),
+                "step_moved": gap(trained, after),
+                "export_moved": sum(not torch.equal(stepped[n], exported[n]) for n in exported)})
+
 from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
 names = ModelWeightNames.from_model_path(model_dir)
@@ -165,6 +237,7 @@ print(json.dumps({
     "exported": sorted(map(key, exported)), "expected": sorted(expected), "adapter_mismatch": adapter_mismatch,
     "collected": sorted(collected.tensors), "collected_nbytes": collected.nbytes,
     "expected_nbytes": sum(t.numel() * t.element_size() for t in expected.values()),
+    "forward": forward, "with_grad": with_grad, "loss": float(loss),
 }))
 """
 
@@ -227,3 +300,20 @@ def test_the_plugin_collects_the_export_against_the_served_checkpoint(megatron_r
     assert [n.removeprefix("base_model.model.") for n in megatron_run["collected"]] == megatron_run["expected"]
     assert all(n.startswith("base_model.model.") for n in megatron_run["collected"])
     assert megatron_run["collected_nbytes"] == megatron_run["expected_nbytes"]
+
+
+# fp32 on both sides; the two implementations differ only in the order of their sums (~1e-6 of the largest logit)
+SAME_FUNCTION = 1e-5
+
+
+def test_the_export_computes_what_the_megatron_model_computes(megatron_run: dict) -> None:
+    f = megatron_run["forward"]
+    assert f["trained"] < SAME_FUNCTION, f  # the export, merged into the checkpoint in transformers
+    assert f["after_step"] < SAME_FUNCTION, f  # and again after an optimizer step on the adapter
+    # the comparison can fail: a mis-routed pair, or the base alone, is far off; the step moved the model and the export
+    assert min(f["gate_up_swapped"], f["base_only"], f["step_moved"]) > 1000 * SAME_FUNCTION, f
+    assert f["export_moved"] == len(megatron_run["exported"])
+
+
+def test_the_step_reaches_every_adapter_tensor_and_nothing_else(megatron_run: dict) -> None:
+    assert megatron_run["with_grad"] == megatron_run["trainable"]
