@@ -38,6 +38,7 @@ from tests.conftest import lock_pin, megatron_bridge_release_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 TE_STANDIN = Path(__file__).resolve().parent / "te_standin"
+TORCH_SITE_ENV = "VSL_MEGATRON_TORCH_SITE"
 
 
 MEGATRON_PATH = r"""
@@ -229,7 +230,7 @@ from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
 names = ModelWeightNames.from_model_path(model_dir)
 collected = AdapterCollector("cpu").collect(iter(exported.items()), names.resolve_lora)
 print(json.dumps({
-    "transformers": transformers.__version__,
+    "torch": torch.__version__, "transformers": transformers.__version__,
     "megatron_core": __import__("importlib.metadata").metadata.version("megatron-core"),
     "skipped": bridge_registrations.skipped,
     "fields": {k: v if isinstance(v, (int, float, bool)) else str(v) for k, v in fields.items()},
@@ -251,7 +252,9 @@ def megatron_run(tmp_path_factory) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "VERL_SGLANG_LORA_BRIDGE_REGISTRATIONS"}
-    env["PYTHONPATH"] = os.pathsep.join(map(str, (TE_STANDIN, release, ROOT)))
+    # VSL_MEGATRON_TORCH_SITE: a `pip install --target` dir with another torch, put first (e.g. SGLang 0.5.23's 2.14.1)
+    other_torch = [os.environ[TORCH_SITE_ENV]] if os.environ.get(TORCH_SITE_ENV) else []
+    env["PYTHONPATH"] = os.pathsep.join(map(str, (*other_torch, TE_STANDIN, release, ROOT)))
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(MEGATRON_PATH),
                            str(tmp_path_factory.mktemp("tiny_qwen3")), str(port)],
                           capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
@@ -262,6 +265,11 @@ def megatron_run(tmp_path_factory) -> dict:
 def test_the_stack_is_the_carry_under_sglang_0523s_transformers(megatron_run: dict) -> None:
     assert megatron_run["transformers"] == lock_pin("requirements-sglang0.5.23.lock", "transformers")
     assert megatron_run["megatron_core"] == lock_pin("requirements-megatron.lock", "megatron-core")
+    if os.environ.get(TORCH_SITE_ENV):  # the torch asked for is the one that ran
+        from importlib.metadata import distributions
+
+        wanted = {d.version for d in distributions(path=[os.environ[TORCH_SITE_ENV]]) if d.metadata["Name"] == "torch"}
+        assert megatron_run["torch"].split("+")[0] in wanted, (megatron_run["torch"], wanted)  # +cu130: a build tag
     # the guard is what let the import through (the H200's break); nothing else was skipped
     assert {(auto, t) for auto, t, _ in megatron_run["skipped"]} == {
         ("AutoConfig", "qwen3_asr"), ("AutoModel", "qwen3_asr"), ("AutoProcessor", "qwen3_asr")}
