@@ -103,6 +103,35 @@ def test_builds_from_the_index_once_then_reuses_it(tmp_path: Path) -> None:
     assert host.calls() == calls  # nothing ran
 
 
+def test_a_pair_with_a_requirements_file_installs_it_then_verl_and_the_plugin_without_a_resolve(tmp_path: Path) -> None:
+    """SGLang 0.5.23's pair (README, Install): its transformers is outside verl 0.9.1's declared range, so the resolve
+    takes the requirements file and verl goes in --no-deps, with this package (whose own verl requirement would
+    bring that range back)."""
+    host = Host(tmp_path)
+    host.constraints = tmp_path / "verl0.9.1-sglang0.5.23.txt"
+    host.constraints.write_text("torch==2.14.1\nsglang==0.5.23\ntransformers==5.19.0\nverl==0.9.1  # --no-deps\n")
+    (tmp_path / "requires").mkdir()
+    requires = tmp_path / "requires" / host.constraints.name
+    requires.write_text("torch==2.14.1\nsglang==0.5.23\ntransformers==5.19.0\naccelerate\n")
+    proc = host.run("--bundle", "none")
+    assert proc.returncode == 0, proc.stderr
+    calls = host.calls()
+    assert calls[1].startswith(f"-m pip install -c {host.constraints} -r {requires} ")
+    assert calls[2] == f"-m pip install --no-deps -c {host.constraints} verl {ROOT}"
+    assert "install verl (--no-deps)" in proc.stderr
+
+
+def test_the_default_pair_is_the_one_marked_for_the_gpu_extra(tmp_path: Path) -> None:
+    (tmp_path / "constraints").mkdir()
+    for pair, mark in (("verl0.9.1-sglang0.5.12", "# extra: gpu\n"), ("verl0.9.1-sglang0.5.23", "")):
+        (tmp_path / "constraints" / f"{pair}.txt").write_text(f"# header\n{mark}verl==0.9.1\n")
+    assert gpu_env.default_constraints(tmp_path).name == "verl0.9.1-sglang0.5.12.txt"
+    assert gpu_env.default_constraints(ROOT).name == "verl0.9.1-sglang0.5.12.txt"  # the checkout's own
+    (tmp_path / "constraints" / "verl0.9.1-sglang0.5.12.txt").write_text("verl==0.9.1\n")
+    with pytest.raises(gpu_env.SetupError, match="VSL_CONSTRAINTS=FILE"):
+        gpu_env.default_constraints(tmp_path)
+
+
 def test_rebuilds_when_the_constraints_or_the_python_change_or_when_asked(tmp_path: Path) -> None:
     host = Host(tmp_path)
     assert host.run("--bundle", "none").returncode == 0

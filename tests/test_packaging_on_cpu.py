@@ -1,4 +1,4 @@
-"""Packaging: the constraints file of the tested pair is the lock's, the installed metadata comes from the one list of
+"""Packaging: the constraints files of the tested pairs are the locks', the installed metadata comes from the one list of
 releases and that file, a wheel built from the checkout carries the entry points and the package data, and the test
 command's prerequisite check stops with one message."""
 
@@ -44,38 +44,51 @@ def _pins(text: str) -> dict[str, tuple[str, bool]]:
     return out
 
 
-def test_constraints_file_is_generated_from_the_current_lock() -> None:
+def test_constraints_files_are_generated_from_the_current_locks() -> None:
     gen = _generator()
-    name, text = gen.render()
-    files = sorted(p.name for p in (ROOT / "constraints").glob("*.txt"))
-    assert files == [name], f"constraints/ holds {files}; run python constraints/generate.py"
-    assert (ROOT / "constraints" / name).read_text() == text, "stale: run python constraints/generate.py"
-    pins = _pins(text)
-    lock = {gen._norm(n): v for n, v, _ in gen._bundle_reader().read_lock(gen.BUNDLE_GROUPS)}
-    assert {n: v for n, (v, _) in pins.items() if n in lock} == lock  # every bundle pin, unchanged
-    assert set(pins) - set(lock) == {"torch"} and pins["torch"][0] == "2.11.0"  # the host torch the GPU runs used
-    assert {n for n, (_, no_deps) in pins.items() if no_deps} == set(gen.NO_DEPS)
-    # the only pair run on a GPU so far (docs/validation.md); both ends are releases the plugin is checked against
-    assert name == "verl0.9.1-sglang0.5.12.txt"
-    assert pins["verl"][0] in VERL_RELEASES and pins["sglang"][0] in SGLANG_RELEASES
-    assert gen.main(["--check"]) == 0
+    rendered = {path: text for lock in gen.LOCKS for path, text in gen.render(lock).items()}
+    on_disk = {p for p in (ROOT / "constraints").rglob("*.txt")}
+    assert on_disk == set(rendered), f"constraints/ holds {sorted(on_disk)}; run python constraints/generate.py"
+    for path, text in rendered.items():
+        assert path.read_text() == text, f"{path} is stale: run python constraints/generate.py"
+    reader = gen._bundle_reader()
+    # the default pair (SGLang 0.5.12, verl 0.9.1's own pin): the bundle's [core] + [verl], the host torch the GPU runs
+    # used; SGLang and its kernels --no-deps
+    default = _pins((ROOT / "constraints" / "verl0.9.1-sglang0.5.12.txt").read_text())
+    lock = {gen._norm(n): v for n, v, _ in reader.read_lock(gen.DEFAULT_LOCK_GROUPS, gen.LOCK)}
+    assert {n: v for n, (v, _) in default.items() if n in lock} == lock  # every bundle pin, unchanged
+    assert set(default) - set(lock) == {"torch"} and default["torch"][0] == "2.11.0"
+    assert {n for n, (_, no_deps) in default.items() if no_deps} == {
+        "sglang", "sglang-kernel", "flashinfer-python", "torch-memory-saver"}
+    # SGLang 0.5.23's pair: every group of its lock (its own torch 2.14.1); verl --no-deps
+    newest_lock = gen.LOCKS[1]
+    newest = _pins((ROOT / "constraints" / "verl0.9.1-sglang0.5.23.txt").read_text())
+    assert {n: v for n, (v, _) in newest.items()} == {gen._norm(n): v for n, v, _ in reader.read_lock(None, newest_lock)}
+    assert newest["torch"][0] == "2.14.1" and newest["transformers"][0] == "5.19.0"
+    assert {n for n, (_, no_deps) in newest.items() if no_deps} == {"verl"}
+    for pins in (default, newest):  # both ends are releases the plugin is checked against
+        assert pins["verl"][0] in VERL_RELEASES and pins["sglang"][0] in SGLANG_RELEASES
 
 
-def test_pyproject_holds_the_static_metadata() -> None:
-    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    project = meta["project"]
-    assert project["name"] == DIST and project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
-    assert project["readme"] == "README.md" and project["requires-python"] == ">=3.10,<3.13"
-    assert set(project["dynamic"]) == {"version", "dependencies", "optional-dependencies"}
-    assert project["entry-points"]["verl.plugins"] == {"sglang_lora": "verl_sglang_lora.register"}
-    assert project["scripts"] == {"verl-sglang-lora": "verl_sglang_lora.tools.cli:main"}
-    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "verl_sglang_lora.__version__"}
-    data = meta["tool"]["setuptools"]["package-data"]
-    assert data == {"verl_sglang_lora": ["*.json"], "verl_sglang_lora.tools": ["*.json"],
-                    "verl_sglang_lora.configs.sglang_lora": ["*.yaml"]}
-    for package, patterns in data.items():  # each pattern matches files that exist
-        folder = ROOT / package.replace(".", "/")
-        assert all(list(folder.glob(p)) for p in patterns), package
+def test_no_deps_marks_follow_the_declared_requirements() -> None:
+    """verl 0.9.1 is --no-deps beside SGLang 0.5.23 because its own metadata (the installed one) excludes that pair's
+    transformers; its requirements file keeps every other unconditional requirement of verl."""
+    from packaging.requirements import Requirement
+
+    gen = _generator()
+    newest = _pins((ROOT / "constraints" / "verl0.9.1-sglang0.5.23.txt").read_text())
+    assert md.version("verl") == newest["verl"][0]
+    declared = [Requirement(r) for r in md.requires("verl") if "extra ==" not in r]
+    (transformers,) = [r for r in declared if r.name == "transformers"]
+    assert not transformers.specifier.contains(newest["transformers"][0])
+    requires = (ROOT / "constraints" / "requires" / "verl0.9.1-sglang0.5.23.txt").read_text().splitlines()
+    lines = {gen._norm(Requirement(line).name): line for line in requires if line and not line.startswith("#")}
+    assert "verl" not in lines and lines["transformers"] == "transformers==5.19.0"
+    for r in declared:
+        if r.name != "transformers":
+            assert gen._norm(r.name) in lines, r  # pinned by the set, or kept from verl's metadata
+    # the one the set does not meet is said in the file, not silently dropped
+    assert any(line.startswith("# verl's own requirements") and "transformers" in line for line in requires)
 
 
 def test_installed_metadata_comes_from_releases_and_the_constraints() -> None:
@@ -90,8 +103,10 @@ def test_installed_metadata_comes_from_releases_and_the_constraints() -> None:
     assert any(r.replace(" ", "") in (f"verl<{major}.{int(minor) + 1},>={VERL_RELEASES[0]}",
                                       f"verl>={VERL_RELEASES[0]},<{major}.{int(minor) + 1}") for r in base), base
     gpu = sorted(r.split(";")[0].strip() for r in requires if 'extra == "gpu"' in r)
-    pins = _pins(next((ROOT / "constraints").glob("verl*-sglang*.txt")).read_text())
+    pins = _pins((ROOT / "constraints" / "verl0.9.1-sglang0.5.12.txt").read_text())  # the default pair's
     assert gpu == sorted(f"{n}=={v}" for n, (v, no_deps) in pins.items() if not no_deps)
+    assert {r.split(";")[1].split("==")[1].strip().strip('"') for r in requires if "extra ==" in r} <= {
+        "gpu", "test", "fsdp", "megatron"}  # SGLang 0.5.23's pair has no extra: it could not resolve
     # no extra pulls SGLang through a resolver: it would pick an untested verl x SGLang pair without a word
     assert not [r for r in requires if r.split(";")[0].strip().lower().startswith("sglang")], requires
     assert set(dist.metadata["Requires-Python"].replace(" ", "").split(",")) == {">=3.10", "<3.13"}

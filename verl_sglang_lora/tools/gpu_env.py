@@ -79,12 +79,25 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+DEFAULT_MARK = "# extra: gpu"  # constraints/generate.py marks the default pair's file (the `gpu` extra)
+
+
 def default_constraints(repo: Path = REPO) -> Path:
+    """The default tested pair's constraints file (SGLang 0.5.12, verl 0.9.1's pin); VSL_CONSTRAINTS picks another."""
     files = sorted((repo / "constraints").glob("verl*-sglang*.txt"))
-    if len(files) != 1:
-        raise SetupError("find the constraints file", f"expected one constraints/verl*-sglang*.txt in {repo}, found "
-                         f"{[f.name for f in files]}", "VSL_CONSTRAINTS=FILE names the tested set to install")
-    return files[0]
+    default = [f for f in files if DEFAULT_MARK in f.read_text(encoding="utf-8").splitlines()]
+    if len(default) != 1:
+        raise SetupError("find the constraints file", f"expected one constraints/verl*-sglang*.txt with "
+                         f"'{DEFAULT_MARK}' in {repo}, found {[f.name for f in default]} of {[f.name for f in files]}",
+                         "VSL_CONSTRAINTS=FILE names the tested set to install")
+    return default[0]
+
+
+def requires_file(constraints: Path) -> Path | None:
+    """A pair's requirements file (constraints/requires/<pair>.txt), where no resolver can take this package beside
+    it: installed with the constraints, then the --no-deps packages and this package without a resolve."""
+    path = constraints.parent / "requires" / constraints.name
+    return path if path.is_file() else None
 
 
 def probe(python: str) -> dict:
@@ -277,13 +290,15 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
     else:
         net_fix = ("check the network / pip's index settings (pip config list), or on an air-gapped host give "
                    "the offline bundle: VSL_BUNDLE=DIR (docs/offline_bundle.md)")
-        # README, Install: the gpu extra with the constraints, then SGLang and its kernels without their deps
+        # README, Install: the gpu extra (or the pair's requirements file) with the constraints, then the packages
+        # marked --no-deps (SGLang and its kernels; verl beside SGLang 0.5.23, with this package) without a resolve
+        requires = requires_file(constraints)
+        resolved = ["-r", str(requires)] if requires else [f"{REPO}[gpu]"]
         steps.append(Step("install the tested set from the package index", net_fix,
-                          argv=[env_py, "-m", "pip", "install", "-c", str(constraints), f"{REPO}[gpu]",
-                                *IMAGE_PACKAGES],
+                          argv=[env_py, "-m", "pip", "install", "-c", str(constraints), *resolved, *IMAGE_PACKAGES],
                           note="pip resolves and downloads; minutes, more when torch comes too"))
-        no_deps = [p.name for p in pins if p.no_deps]
-        steps.append(Step("install SGLang and its kernels (--no-deps)", net_fix,
+        no_deps = [p.name for p in pins if p.no_deps] + ([str(REPO)] if requires else [])
+        steps.append(Step(f"install {', '.join(p.name for p in pins if p.no_deps)} (--no-deps)", net_fix,
                           argv=[env_py, "-m", "pip", "install", "--no-deps", "-c", str(constraints), *no_deps]))
     paths = [str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     pythonpath = os.pathsep.join(dict.fromkeys(p for p in paths if p))  # the checkout first, once
@@ -404,7 +419,7 @@ def setup(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env", help="the env folder (VSL_GPU_ENV; default .venv-gpu in the checkout)")
-    p.add_argument("--constraints", help="the tested set (VSL_CONSTRAINTS; default the one constraints/*.txt)")
+    p.add_argument("--constraints", help="the tested set (VSL_CONSTRAINTS; default the default pair's constraints/*.txt)")
     p.add_argument("--bundle", help="offline bundle folder, or 'none' for the package index (VSL_BUNDLE)")
     p.add_argument("--base-python", default=sys.executable, help="the python the env is made from (default: this)")
     p.add_argument("--gpus", type=int, default=1)
