@@ -4,16 +4,18 @@
     python constraints/check_resolve.py --python python3.12 [--json OUT] [PAIR ...]   # default: every pair
 
 For each pair it runs the recipe's resolver step as a dry run (``pip install --dry-run --ignore-installed --report``,
-nothing installed) with the given interpreter -- the GPU host's Python, since SGLang's wheels are per interpreter --
-and compares what pip would install with the file's pins: every pin that is not ``--no-deps`` must be chosen at its
-version. The ``--no-deps`` packages are installed by the recipe's second step without a resolve, so they are only
-listed. Needs the package index; not part of the CPU suite.
+nothing installed) with the given interpreter -- the GPU host's Python, since SGLang's wheels are per interpreter.
+The pins are exact, so a resolve that succeeds chooses them; what this adds is whether it succeeds, what it brings
+beyond the pins (versions no GPU run used: the runs used the offline bundle over the host image), and, for the
+``--no-deps`` packages the recipe's second step installs without a resolve, which of their declared requirements the
+chosen set does not meet (read from their metadata: installed, or their wheels in .whl/). A pair whose requirements
+file names what it overrides fails when another requirement is unmet. Needs the package index; not in the CPU suite.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -24,20 +26,29 @@ ROOT = HERE.parent
 NO_DEPS_MARK = "# --no-deps"
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _generator():
+    """generate.py's helpers (the name rule, the declared requirements), loaded by path: it is a script."""
+    spec = importlib.util.spec_from_file_location("_vsl_constraints_generate", HERE / "generate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def pins(constraints: Path) -> tuple[dict[str, str], list[str]]:
-    """({name: version} resolved by pip, [names installed --no-deps]) of a constraints file."""
-    resolved, no_deps = {}, []
+GEN = _generator()
+_norm = GEN._norm
+
+
+def pins(constraints: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """({name: version} resolved by pip, {name: version} installed --no-deps) of a constraints file."""
+    resolved, no_deps = {}, {}
     for raw in constraints.read_text().splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         name, version = line.split("#", 1)[0].strip().split("==")
         if NO_DEPS_MARK in line:
-            no_deps.append(_norm(name))
+            no_deps[_norm(name)] = version
         else:
             resolved[_norm(name)] = version
     return resolved, no_deps
@@ -49,6 +60,17 @@ def resolver_step(constraints: Path) -> list[str]:
     if requires.is_file():
         return ["-c", str(constraints), "-r", str(requires)]
     return ["-c", str(constraints), f"{ROOT}[gpu]"]
+
+
+def declared_requirements(python: str, name: str, version: str) -> list[str]:
+    """``Requires-Dist`` of ``name==version`` as published: its wheel for that interpreter, downloaded without deps."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([python, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, f"{name}=={version}"],
+                              capture_output=True, text=True)
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise SystemExit(f"pip download {name}=={version} failed: {proc.stderr.strip()[-500:]}")
+        return GEN.wheel_requirements(wheels[0])
 
 
 def check(python: str, constraints: Path) -> dict:
@@ -63,9 +85,17 @@ def check(python: str, constraints: Path) -> dict:
         chosen = {_norm(item["metadata"]["name"]): item["metadata"]["version"]
                   for item in json.loads(report.read_text())["install"]}
     off = {n: {"pinned": v, "chosen": chosen.get(n)} for n, v in wanted.items() if chosen.get(n) != v}
+    versions = {**chosen, **no_deps}
+    unmet = [u for name, v in no_deps.items()
+             for u in GEN.unmet_requirements(name, v, versions, declared_requirements(python, name, v))[1]]
+    requires = HERE / "requires" / constraints.name
+    declared = ([line.split("overridden: ", 1)[1] for line in requires.read_text().splitlines() if "overridden: " in line]
+                if requires.is_file() else None)
     return {"pair": constraints.stem, "resolves": True, "pins": len(wanted), "pins_off": off,
             "installed": len(chosen), "beyond_pins": sorted(set(chosen) - set(wanted) - {"verl-sglang-lora"}),
-            "no_deps_step": no_deps, "no_deps_already_chosen": sorted(n for n in no_deps if n in chosen)}
+            "no_deps_step": sorted(no_deps), "no_deps_already_chosen": sorted(n for n in no_deps if n in chosen),
+            "no_deps_unmet": unmet, "unmet_declared": declared,
+            "ok": not off and (declared is None or sorted(unmet) == sorted(declared))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,18 +106,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     files = [HERE / f"{p}.txt" for p in args.pairs] or sorted(HERE.glob("verl*-sglang*.txt"))
     results = [check(args.python, f) for f in files]
-    print(f"{'pair':28} {'resolves':8} {'pins':>4} {'off':>3} {'installed':>9}  no-deps step")
+    print(f"{'pair':24} {'resolves':8} {'pins':>4} {'off':>3} {'beyond pins':>11}  --no-deps step: requirements unmet")
     for r in results:
         if not r["resolves"]:
-            print(f"{r['pair']:28} {'no':8}  {r['error'].splitlines()[-1]}")
+            print(f"{r['pair']:24} {'no':8}  {r['error'].splitlines()[-1]}")
             continue
-        print(f"{r['pair']:28} {'yes':8} {r['pins']:>4} {len(r['pins_off']):>3} {r['installed']:>9}  "
-              f"{' '.join(r['no_deps_step'])}")
+        print(f"{r['pair']:24} {'yes':8} {r['pins']:>4} {len(r['pins_off']):>3} {len(r['beyond_pins']):>11}  "
+              f"{' '.join(r['no_deps_step'])}: {len(r['no_deps_unmet'])}")
         for name, v in r["pins_off"].items():
             print(f"    {name}: pinned {v['pinned']}, pip chose {v['chosen']}")
+        for line in r["no_deps_unmet"]:
+            said = "" if r["unmet_declared"] is None else (" (declared)" if line in r["unmet_declared"] else
+                                                            " (NOT declared in its requirements file)")
+            print(f"    {line}{said}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
-    return 0 if all(r["resolves"] and not r["pins_off"] for r in results) else 1
+    return 0 if all(r["resolves"] and r["ok"] for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import sys
 import zipfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -96,29 +97,39 @@ def _declared_requirements(name: str, version: str) -> list[str]:
     except md.PackageNotFoundError:
         pass
     for wheel in sorted((ROOT / ".whl").glob(f"**/{name.replace('-', '_')}-{version}-*.whl")):
-        meta = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
-        text = zipfile.ZipFile(wheel).read(meta).decode()
-        return re.findall(r"^Requires-Dist: (.+)$", text, re.M)
-    raise SystemExit(f"the requirements of {name}=={version} are needed (its lock keeps them): install it "
+        return wheel_requirements(wheel)
+    raise SystemExit(f"the requirements of {name}=={version} are needed: install it "
                      f"(pip install --no-deps {name}=={version}) or build the bundle into .whl/, then run this again")
 
 
-def kept_requirements(name: str, version: str, pins: dict[str, str]) -> tuple[list[str], list[str]]:
-    """(its requirements to install, those the pins override): every unconditional requirement of ``name`` but the
-    ones whose range a pin of the set falls outside."""
+def wheel_requirements(wheel: Path) -> list[str]:
+    """``Requires-Dist`` of a wheel, from its METADATA."""
+    with zipfile.ZipFile(wheel) as z:
+        metas = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        if len(metas) != 1:
+            raise SystemExit(f"{wheel}: expected one .dist-info/METADATA, found {metas}")
+        text = z.read(metas[0]).decode()
+    return re.findall(r"^Requires-Dist: (.+)$", text, re.M)
+
+
+def unmet_requirements(name: str, version: str, chosen: dict[str, str],
+                       declared: list[str] | None = None) -> tuple[list[Any], list[str]]:
+    """(the unconditional requirements of ``name==version`` that ``chosen`` meets or does not name, one line per
+    requirement it does not meet): what a --no-deps install of it leaves to the rest of the set. ``declared``: its
+    ``Requires-Dist`` lines where the caller has them (else its installed metadata or its wheel in .whl/)."""
     from packaging.requirements import Requirement
 
-    keep, overridden = [], []
-    for raw in _declared_requirements(name, version):
+    met, unmet = [], []
+    for raw in declared if declared is not None else _declared_requirements(name, version):
         req = Requirement(raw)
         if req.marker is not None and "extra" in str(req.marker):
             continue  # an optional extra of that package
-        pin = pins.get(_norm(req.name))
-        if pin is not None and req.specifier and not req.specifier.contains(pin, prereleases=True):
-            overridden.append(f"{name} {version} requires {req.name}{req.specifier}; this set pins {req.name}=={pin}")
-            continue
-        keep.append(str(req))
-    return keep, overridden
+        have = chosen.get(_norm(req.name))
+        if have is not None and req.specifier and not req.specifier.contains(have, prereleases=True):
+            unmet.append(f"{name} {version} requires {req.name}{req.specifier}; this set has {req.name}=={have}")
+        else:
+            met.append(req)
+    return met, unmet
 
 
 def render(lock: Path = LOCK) -> dict[Path, str]:
@@ -156,9 +167,9 @@ def render(lock: Path = LOCK) -> dict[Path, str]:
                head[1], head[2], "# Use (README, Install):", *use]
         req += [f"{pkg}=={pins[pkg]}" for pkg in sorted(pins) if pkg not in marked]
         for package in keep:
-            kept, overridden = kept_requirements(package, pins[package], pins)
+            kept, overridden = unmet_requirements(package, pins[package], pins)
             req += [f"# {package}'s own requirements (installed --no-deps); overridden: {o}" for o in overridden]
-            req += [r for r in kept if _norm(re.split(r"[\s\[<>=!~;]", r, 1)[0]) not in pins or "[" in r]
+            req += [str(r) for r in kept if _norm(r.name) not in pins or r.extras]  # pinned above, but its extras
         files[ROOT / requires] = "\n".join(req) + "\n"
     return files
 

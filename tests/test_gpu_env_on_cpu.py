@@ -118,7 +118,11 @@ def test_a_pair_with_a_requirements_file_installs_it_then_verl_and_the_plugin_wi
     calls = host.calls()
     assert calls[1].startswith(f"-m pip install -c {host.constraints} -r {requires} ")
     assert calls[2] == f"-m pip install --no-deps -c {host.constraints} verl {ROOT}"
-    assert "install verl (--no-deps)" in proc.stderr
+    assert "install verl, this plugin (--no-deps)" in proc.stderr
+    assert host.run("--bundle", "none").returncode == 0 and len(host.calls()) == len(calls)  # reused
+    requires.write_text(requires.read_text() + "peft\n")  # the requirements file alone changed: built again
+    again = host.run("--bundle", "none")
+    assert again.returncode == 0 and "requirements file of verl0.9.1-sglang0.5.23.txt changed" in again.stderr
 
 
 def test_the_default_pair_is_the_one_marked_for_the_gpu_extra(tmp_path: Path) -> None:

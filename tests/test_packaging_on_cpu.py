@@ -68,6 +68,24 @@ def test_constraints_files_are_generated_from_the_current_locks() -> None:
     assert {n for n, (_, no_deps) in newest.items() if no_deps} == {"verl"}
     for pins in (default, newest):  # both ends are releases the plugin is checked against
         assert pins["verl"][0] in VERL_RELEASES and pins["sglang"][0] in SGLANG_RELEASES
+    assert gen.main(["--check"]) == 0
+
+
+def test_pyproject_holds_the_static_metadata() -> None:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = meta["project"]
+    assert project["name"] == DIST and project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert project["readme"] == "README.md" and project["requires-python"] == ">=3.10,<3.13"
+    assert set(project["dynamic"]) == {"version", "dependencies", "optional-dependencies"}
+    assert project["entry-points"]["verl.plugins"] == {"sglang_lora": "verl_sglang_lora.register"}
+    assert project["scripts"] == {"verl-sglang-lora": "verl_sglang_lora.tools.cli:main"}
+    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "verl_sglang_lora.__version__"}
+    data = meta["tool"]["setuptools"]["package-data"]
+    assert data == {"verl_sglang_lora": ["*.json"], "verl_sglang_lora.tools": ["*.json"],
+                    "verl_sglang_lora.configs.sglang_lora": ["*.yaml"]}
+    for package, patterns in data.items():  # each pattern matches files that exist
+        folder = ROOT / package.replace(".", "/")
+        assert all(list(folder.glob(p)) for p in patterns), package
 
 
 def test_no_deps_marks_follow_the_declared_requirements() -> None:
@@ -135,6 +153,11 @@ def test_wheel_from_the_checkout_has_entry_points_and_package_data(tmp_path: Pat
     assert "verl-sglang-lora = verl_sglang_lora.tools.cli:main" in entry_points
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
     assert "License-Expression: Apache-2.0" in metadata and "Provides-Extra: gpu" in metadata
+    # the gpu extra as setup.py computes it now (the venv's own metadata is only as new as its last install)
+    gpu = sorted(line.split(":", 1)[1].split(";")[0].strip() for line in metadata.splitlines()
+                 if line.startswith("Requires-Dist:") and 'extra == "gpu"' in line)
+    pins = _pins((ROOT / "constraints" / "verl0.9.1-sglang0.5.12.txt").read_text())
+    assert gpu == sorted(f"{n}=={v}" for n, (v, no_deps) in pins.items() if not no_deps)
     assert f"{info}/licenses/LICENSE" in names
 
 

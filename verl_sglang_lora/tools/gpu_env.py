@@ -113,7 +113,9 @@ def probe(python: str) -> dict:
 # ---------------------------------------------------------------- the env's stamp
 
 def wanted_stamp(constraints: Path, base: dict) -> dict:
+    requires = requires_file(constraints)  # None (absent from the stamp's comparison) for the default pair
     return {"constraints": constraints.name, "constraints_sha256": sha256(constraints),
+            "requires_sha256": sha256(requires) if requires else None,
             "python": base["version"], "base_python": base["executable"], "parent_venv": base.get("parent_prefix")}
 
 
@@ -130,6 +132,8 @@ def stamp_verdict(env: Path, want: dict) -> tuple[bool, str]:
         return False, (f"the constraints changed since it was built ({have.get('constraints')} "
                        f"{str(have.get('constraints_sha256'))[:12]} -> {want['constraints']} "
                        f"{want['constraints_sha256'][:12]})")
+    if have.get("requires_sha256") != want["requires_sha256"]:
+        return False, f"the requirements file of {want['constraints']} changed since it was built"
     if (have.get("python"), have.get("base_python")) != (want["python"], want["base_python"]):
         return False, (f"it was built on python {have.get('python')} ({have.get('base_python')}), this is "
                        f"{want['python']} ({want['base_python']})")
@@ -297,9 +301,12 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
         steps.append(Step("install the tested set from the package index", net_fix,
                           argv=[env_py, "-m", "pip", "install", "-c", str(constraints), *resolved, *IMAGE_PACKAGES],
                           note="pip resolves and downloads; minutes, more when torch comes too"))
-        no_deps = [p.name for p in pins if p.no_deps] + ([str(REPO)] if requires else [])
-        steps.append(Step(f"install {', '.join(p.name for p in pins if p.no_deps)} (--no-deps)", net_fix,
-                          argv=[env_py, "-m", "pip", "install", "--no-deps", "-c", str(constraints), *no_deps]))
+        no_deps = [p.name for p in pins if p.no_deps]
+        if no_deps or requires:
+            said = ", ".join(no_deps + (["this plugin"] if requires else []))
+            steps.append(Step(f"install {said} (--no-deps)", net_fix,
+                              argv=[env_py, "-m", "pip", "install", "--no-deps", "-c", str(constraints), *no_deps,
+                                    *([str(REPO)] if requires else [])]))
     paths = [str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     pythonpath = os.pathsep.join(dict.fromkeys(p for p in paths if p))  # the checkout first, once
     verify_fix = (f"the bundle does not hold {constraints.name}'s set: build it again from the same lock "
