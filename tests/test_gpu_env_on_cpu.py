@@ -236,6 +236,16 @@ def test_the_bundle_carries_no_torch_so_a_host_without_the_tested_one_is_refused
     assert host.calls() == [] and not host.env.exists()
 
 
+def test_a_bundle_that_carries_the_pinned_torch_gives_the_env_its_own(tmp_path: Path) -> None:
+    """SGLang 0.5.23's bundle carries torch 2.14.1 (in build.py's parts): the host's 2.11 is shadowed, not refused."""
+    whl = bundle(tmp_path / "whl", {"b0": ["torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl.part00"]})
+    found = gpu_env.find_bundle(str(whl))
+    said = gpu_env.torch_decision({"torch": "2.11.0+cu130", "executable": "python3"}, "2.14.1", found)
+    assert "the offline bundle's 2.14.1" in said and "2.11.0+cu130" in said
+    with pytest.raises(gpu_env.SetupError, match="carries no torch 2.11.0"):  # a bundle without the pinned one
+        gpu_env.torch_decision({"torch": "2.9.1", "executable": "python3"}, "2.11.0", found)
+
+
 @pytest.mark.parametrize("layout, words", [
     ({"site": ["/nonexistent/site-packages"], "pip": True}, "names no existing site-packages"),
     ({"pip": False}, "has pip"),

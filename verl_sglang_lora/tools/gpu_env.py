@@ -16,7 +16,8 @@ stderr. In order:
    the preflight's package check in the new env, then the stamp.
 Torch: the constraints pin the torch the set was tested with. Where the host's torch is that version (any local
 label, e.g. +cu130), the env uses it. Where it is not (or absent), from the index pip installs the pinned torch into
-the env (a multi-GB CUDA wheel; the host's stays as it is); the offline bundle carries no torch, so that case is
+the env (a multi-GB CUDA wheel; the host's stays as it is); an offline bundle that carries no torch at that version
+(SGLang 0.5.12's: the host's is used) cannot, so that case is
 refused with the fix. A step that fails ends the set-up with one line naming the step and the fix; exit code 2.
 
 A Python module rather than a shell script so that its decisions (stamp, source, torch) are plain functions the CPU
@@ -152,6 +153,11 @@ class Bundle:
     def describe(self) -> str:
         return ", ".join(str(d) for d in self.dirs)
 
+    def carries(self, name: str, version: str) -> bool:
+        """Whether a wheel of ``name==version`` is among the batches (whole, or in build.py's parts)."""
+        prefix = f"{name.replace('-', '_')}-{version}-".lower()
+        return any(f.name.lower().startswith(prefix) and ".whl" in f.name for d in self.dirs for f in d.iterdir())
+
 
 def _bundle_at(path: Path) -> list[Path] | None:
     if (path / "SHA256SUMS").is_file():
@@ -204,8 +210,11 @@ def torch_decision(base: dict, pinned: str | None, bundle: Bundle | None) -> str
     if host and host.split("+", 1)[0] == pinned:
         seen = f"{base['parent']} ({PARENT_PTH})" if base.get("parent") else "--system-site-packages"
         return f"torch: the host's {host} (the tested {pinned}), seen through {seen}"
+    if bundle is not None and bundle.carries("torch", pinned):  # SGLang 0.5.23's bundle: its own torch 2.14.1
+        return (f"torch: the offline bundle's {pinned} (the tested one), ahead of the host's {host or 'none'} "
+                "on the env's path")
     if bundle is not None:
-        raise SetupError("choose torch", f"the offline bundle carries no torch (the host's is used) and "
+        raise SetupError("choose torch", f"the offline bundle carries no torch {pinned} (the host's is used) and "
                          f"{base['executable']} has {host or 'none'}, not the tested {pinned}",
                          f"install torch {pinned} (a CUDA build for this driver) into that python, or install "
                          "from the package index (VSL_BUNDLE=none, network needed), or run on your own env with "
