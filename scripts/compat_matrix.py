@@ -63,7 +63,11 @@ GPU_EVIDENCE = {
         "pool (loader op=verify), the proof stopping the mis-scaled run at k = 0.280. Stock verl: its launch raises on "
         "the msgspec ServerArgs (seen on the H200). The Megatron example does not start (session 17): megatron-bridge "
         "0.5.1 re-registers qwen3_asr, which transformers 5.19 (SGLang 0.5.23's pin) ships; the plugin's guard for it "
-        "(runtime/bridge_registrations.py) is CPU-checked, not yet run on the GPU. Not run: tp>1, more than one GPU."
+        "(runtime/bridge_registrations.py) is CPU-checked, not yet run on the GPU; on the CPU (session 19) verl's "
+        "Megatron LoRA path under transformers 5.19 and torch 2.14.1 loads byte-exact and exports an adapter whose "
+        "merged forward equals the Megatron model's (2e-6). Install set: constraints/verl0.9.1-sglang0.5.23.txt + "
+        "constraints/requires/ (verl --no-deps); it resolves from PyPI to its pins (session 19), the GPU runs used "
+        "the offline bundle. Not run: tp>1, more than one GPU."
     ),
 }
 GPU_NONE = "not exercised (CPU contract only)"
