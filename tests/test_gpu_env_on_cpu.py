@@ -210,7 +210,7 @@ def test_installs_the_offline_bundle_through_its_install_script(tmp_path: Path) 
     assert calls[1].startswith("-m pip install -q --no-index --no-deps") and f"--target {target}" in calls[1]
     assert calls[1].count(".whl") == 3 and "install.sh: 3 wheels in" in proc.stderr
     pth = host.env / "lib" / "python3.12" / "site-packages" / "vsl-offline-bundle.pth"
-    assert pth.read_text().strip() == str(target)  # ahead of the host's site-packages
+    assert pth.read_text().strip() == f"import site; site.addsitedir({str(target)!r})"  # ahead of the host's
     assert calls[2].startswith("-m verl_sglang_lora.tools.preflight --packages-only")
     assert not (host.env / ".bundle").exists()  # the staging copy is gone
     assert json.loads((host.env / gpu_env.STAMP).read_text())["source"] == f"{whl / 'b0'}, {whl / 'b1'}"
@@ -384,12 +384,13 @@ def test_a_hung_driver_is_reported_not_waited_for(tmp_path: Path, monkeypatch) -
     assert problem is not None and "did not answer within" in problem and time.monotonic() - t0 < 5
 
 
-def tiny_wheel(where: Path, dist: str, version: str, module: str) -> Path:
-    """A pure-Python wheel with one empty module, enough for pip to install and importlib.metadata to find."""
+def tiny_wheel(where: Path, dist: str, version: str, module: str, extra: dict[str, str] | None = None) -> Path:
+    """A pure-Python wheel with one empty module (plus ``extra`` files), enough for pip to install and
+    importlib.metadata to find."""
     import zipfile
 
     info = f"{dist}-{version}.dist-info"
-    files = {f"{module}/__init__.py": "",
+    files = {f"{module}/__init__.py": "", **(extra or {}),
              f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n",
              f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
     files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"])
@@ -406,8 +407,10 @@ def tiny_bundle(tmp_path: Path, extra_pins: str = "") -> tuple[Path, Path]:
             "transferqueue": ("0.1.11", "transfer_queue")}
     whl = tmp_path / "whl"
     whl.mkdir()
+    # like nvidia-cutlass-dsl (SGLang 0.5.23): its modules are found only through the .pth file it installs
+    pth = {"ray": {"ray_dsl.pth": "ray_dsl/packages\n", "ray_dsl/packages/ray_dsl_module.py": ""}}
     sums = [f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}"
-            for w in (tiny_wheel(whl, d, v, m) for d, (v, m) in pins.items())]
+            for w in (tiny_wheel(whl, d, v, m, pth.get(d)) for d, (v, m) in pins.items())]
     (whl / "SHA256SUMS").write_text("\n".join(sums) + "\n")
     constraints = tmp_path / "c.txt"
     constraints.write_text(extra_pins + "".join(f"{d}=={v}{'  # --no-deps' if d == 'sglang' else ''}\n"
@@ -431,9 +434,9 @@ def test_a_real_bundle_install_is_seen_first_by_the_env_and_passes_its_check(tmp
     assert proc.returncode == 0, proc.stderr
     env_python = proc.stdout.strip()
     assert env_python == str(env / "bin" / "python")
-    where = subprocess.run([env_python, "-c", "import verl, transfer_queue; print(verl.__file__)"],
+    where = subprocess.run([env_python, "-c", "import verl, transfer_queue, ray_dsl_module; print(verl.__file__)"],
                            capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
-    assert where.stdout.startswith(str(env / gpu_env.BUNDLE_SITE)), where.stderr
+    assert where.stdout.startswith(str(env / gpu_env.BUNDLE_SITE)), where.stderr  # the bundle's .pth files ran too
     again = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "reusing" in again.stderr
 

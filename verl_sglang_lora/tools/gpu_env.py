@@ -297,7 +297,10 @@ def build_steps(env: Path, base: dict, constraints: Path, pins: list[preflight.P
         steps.append(Step(f"put {target} on the env's path (a .pth file: no PYTHONPATH needed)",
                           f"check that {site} is writable",
                           action=lambda: (site.mkdir(parents=True, exist_ok=True),
-                                          (site / "vsl-offline-bundle.pth").write_text(f"{target}\n"))))
+                                          # addsitedir: the bundle's own .pth files run too (SGLang 0.5.23's
+                                          # nvidia-cutlass-dsl finds its modules through one)
+                                          (site / "vsl-offline-bundle.pth").write_text(
+                                              f"import site; site.addsitedir({str(target)!r})\n"))))
         if len(bundle.dirs) > 1:
             steps.append(Step(f"remove {src}", f"remove {src} by hand", action=lambda: shutil.rmtree(src)))
     else:
