@@ -23,7 +23,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-NO_DEPS_MARK = "# --no-deps"
 
 
 def _generator():
@@ -40,17 +39,14 @@ _norm = GEN._norm
 
 
 def pins(constraints: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """({name: version} resolved by pip, {name: version} installed --no-deps) of a constraints file."""
+    """({name: version} resolved by pip, {name: version} installed --no-deps) of a constraints file (read as the
+    examples' package check reads it)."""
+    sys.path.insert(0, str(ROOT))
+    from verl_sglang_lora.tools.preflight import tested_set
+
     resolved, no_deps = {}, {}
-    for raw in constraints.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, version = line.split("#", 1)[0].strip().split("==")
-        if NO_DEPS_MARK in line:
-            no_deps[_norm(name)] = version
-        else:
-            resolved[_norm(name)] = version
+    for pin in tested_set(constraints):
+        (no_deps if pin.no_deps else resolved)[_norm(pin.name)] = pin.version
     return resolved, no_deps
 
 
