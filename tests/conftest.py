@@ -47,6 +47,15 @@ def sglang_or_skip(module: str = "sglang.srt.managers.io_struct"):
 LOCKS = Path(__file__).resolve().parents[1] / "scripts" / "offline_bundle"
 
 
+def load_script(path: Path, name: str):
+    """A script (not a package module: constraints/generate.py, constraints/check_resolve.py, ...) loaded by path."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def lock_pin(lock: str, dist: str) -> str:
     """The version a GPU bundle lock (scripts/offline_bundle/LOCK) pins for ``dist``."""
     return re.search(rf"^{re.escape(dist)}==(\S+)", (LOCKS / lock).read_text(), re.M).group(1)

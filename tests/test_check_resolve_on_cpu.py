@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import importlib.metadata as md
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -12,16 +11,14 @@ from types import ModuleType
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ROOT / "constraints" / "verl0.9.1-sglang0.5.23.txt"
 
 
 def _checker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_vsl_check_resolve", ROOT / "constraints" / "check_resolve.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "constraints" / "check_resolve.py", "_vsl_check_resolve")
 
 
 def _judge(monkeypatch: pytest.MonkeyPatch, chosen: dict[str, str]) -> dict:

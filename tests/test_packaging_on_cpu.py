@@ -5,7 +5,6 @@ command's prerequisite check stops with one message."""
 from __future__ import annotations
 
 import importlib.metadata as md
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -17,6 +16,7 @@ from types import ModuleType
 
 import pytest
 
+from tests.conftest import load_script
 from verl_sglang_lora import __version__
 from verl_sglang_lora.releases import SGLANG_RELEASES, VERL_RELEASES
 
@@ -25,11 +25,7 @@ DIST = "verl-sglang-lora"
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_vsl_constraints_generate", ROOT / "constraints" / "generate.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "constraints" / "generate.py", "_vsl_constraints_generate")
 
 
 def _pins(text: str) -> dict[str, tuple[str, bool]]:
