@@ -109,7 +109,9 @@ def test_a_pair_with_a_requirements_file_installs_it_then_verl_and_the_plugin_wi
     bring that range back)."""
     host = Host(tmp_path)
     host.constraints = tmp_path / "verl0.9.1-sglang0.5.23.txt"
-    host.constraints.write_text("torch==2.14.1\nsglang==0.5.23\ntransformers==5.19.0\nverl==0.9.1  # --no-deps\n")
+    # a pin no interpreter has, so that the python running the test never passes for the tested set itself
+    host.constraints.write_text("torch==2.14.1\nsglang==0.5.23\ntransformers==5.19.0\nvsl-absent==0.0.1\n"
+                                "verl==0.9.1  # --no-deps\n")
     (tmp_path / "requires").mkdir()
     requires = tmp_path / "requires" / host.constraints.name
     requires.write_text("torch==2.14.1\nsglang==0.5.23\ntransformers==5.19.0\naccelerate\n")
