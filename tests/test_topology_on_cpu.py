@@ -95,6 +95,37 @@ def test_server_args_fields_are_the_installed_ones(server_args_fields):
     assert server_args_fields_from_source() == server_args_fields
 
 
+RELEASES = sorted(p.name for p in (Path(__file__).resolve().parents[1] / ".cache" / "sglang").glob("0.*"))
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_source_reader_equals_each_releases_own_server_args(version):
+    """The doctor's no-import reader against the release's imported ServerArgs (a dataclass through 0.5.18, 0.5.23's
+    msgspec struct collected from its namespaces), each release dir first on the path of a fresh interpreter."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    release = root / ".cache" / "sglang" / version
+    code = ("import json; from sglang.srt.server_args import ServerArgs; "
+            "from verl_sglang_lora.topology.schema import fields_of; print(json.dumps(sorted(fields_of(ServerArgs))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(release), str(root)])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    imported = frozenset(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert len(imported) > 100
+    assert server_args_fields_from_source(release / "sglang") == imported
+
+
+def test_a_layout_the_reader_does_not_know_is_an_error(tmp_path: Path):
+    (tmp_path / "srt").mkdir()
+    (tmp_path / "srt" / "server_args.py").write_text("class ServerArgs:\n    def __post_init__(self):\n        pass\n")
+    with pytest.raises(LookupError, match="declares no field"):  # never an empty set, which refuses every override
+        server_args_fields_from_source(tmp_path)
+
+
 def test_fields_of_a_msgspec_struct():
     msgspec = pytest.importorskip("msgspec")
 

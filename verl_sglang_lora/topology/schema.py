@@ -131,22 +131,47 @@ def fields_of(cls: type) -> frozenset[str]:
     return frozenset(getattr(cls, "__struct_fields__", ()))
 
 
+def _annotated_fields(cls: ast.ClassDef) -> set[str]:
+    return {s.target.id for s in cls.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            and "ClassVar" not in ast.unparse(s.annotation)}
+
+
+def _namespace_fields(fields_dir: Path) -> set[str]:
+    """SGLang 0.5.23's layout: ``ServerArgs`` declares no field itself and collects the fields of every class in
+    ``srt/arg_groups/fields/`` that names its namespace (``_NS_PATH = "lora"``, ...)."""
+    found: set[str] = set()
+    for source in sorted(fields_dir.glob("*.py")):
+        for node in ast.parse(source.read_text(encoding="utf-8")).body:
+            names_ns = isinstance(node, ast.ClassDef) and any(
+                isinstance(s, (ast.Assign, ast.AnnAssign)) and "_NS_PATH" in ast.unparse(
+                    s.targets[0] if isinstance(s, ast.Assign) else s.target) for s in node.body)
+            if names_ns:
+                found |= _annotated_fields(node) - {"_NS_PATH"}
+    return found
+
+
 def server_args_fields_from_source(root: Path | None = None) -> frozenset[str]:
-    """``ServerArgs``' annotated fields read from the installed ``sglang/srt/server_args.py`` (no import)."""
+    """``ServerArgs``' fields read from the installed SGLang's source (no import): the class's own annotated fields
+    (a dataclass, SGLang <= 0.5.22), else those of the namespaces it collects (0.5.23). Never an empty set: a layout
+    this reader does not know is an error, so that no override is refused as unknown for a reader's blind spot."""
     if root is None:
         spec = importlib.util.find_spec("sglang")  # locating a package does not execute it
         if spec is None or not spec.submodule_search_locations:
             raise ModuleNotFoundError("SGLang is not installed: the override fields cannot be checked")
         root = Path(list(spec.submodule_search_locations)[0])
-    tree = ast.parse((root / "srt" / "server_args.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
-            return frozenset(
-                s.target.id for s in node.body
-                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-                and "ClassVar" not in ast.unparse(s.annotation)
-            )
-    raise LookupError(f"no class ServerArgs in {root / 'srt' / 'server_args.py'}")
+    path = root / "srt" / "server_args.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"), None)
+    if cls is None:
+        raise LookupError(f"no class ServerArgs in {path}")
+    fields = _annotated_fields(cls)
+    fields_dir = root / "srt" / "arg_groups" / "fields"
+    if not fields and fields_dir.is_dir():
+        fields = _namespace_fields(fields_dir)
+    if not fields:
+        raise LookupError(f"ServerArgs in {path} declares no field this reader finds (nor do the namespaces in "
+                          f"{fields_dir}): an SGLang layout it does not know")
+    return frozenset(fields)
 
 
 def installed_server_args_fields(import_sglang: bool = True) -> frozenset[str]:
