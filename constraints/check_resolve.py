@@ -8,13 +8,12 @@ nothing installed) with the given interpreter -- the GPU host's Python, since SG
 The pins are exact, so a resolve that succeeds chooses them; what this adds is whether it succeeds, what it brings
 beyond the pins (versions no GPU run used: the runs used the offline bundle over the host image), and, for the
 ``--no-deps`` packages the recipe's second step installs without a resolve, which of their declared requirements the
-chosen set does not meet (read from their metadata: installed, or their wheels in .whl/). A pair whose requirements
+chosen set does not meet (read from their published wheels, downloaded without deps). A pair whose requirements
 file names what it overrides fails when another requirement is unmet. Needs the package index; not in the CPU suite.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
@@ -23,27 +22,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT)]  # generate.py (a script beside this one) and the package of this checkout
 
+import generate as GEN  # noqa: E402 - the name rule, the declared requirements
+from verl_sglang_lora.tools.gpu_env import requires_file  # noqa: E402
+from verl_sglang_lora.tools.preflight import tested_set  # noqa: E402
 
-def _generator():
-    """generate.py's helpers (the name rule, the declared requirements), loaded by path: it is a script."""
-    spec = importlib.util.spec_from_file_location("_vsl_constraints_generate", HERE / "generate.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
 _norm = GEN._norm
 
 
 def pins(constraints: Path) -> tuple[dict[str, str], dict[str, str]]:
     """({name: version} resolved by pip, {name: version} installed --no-deps) of a constraints file (read as the
     examples' package check reads it)."""
-    sys.path.insert(0, str(ROOT))
-    from verl_sglang_lora.tools.preflight import tested_set
-
     resolved, no_deps = {}, {}
     for pin in tested_set(constraints):
         (no_deps if pin.no_deps else resolved)[_norm(pin.name)] = pin.version
@@ -51,11 +41,10 @@ def pins(constraints: Path) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def resolver_step(constraints: Path) -> list[str]:
-    """The recipe's resolver step, as pip arguments: the requirements file where the pair has one, else the extra."""
-    requires = HERE / "requires" / constraints.name
-    if requires.is_file():
-        return ["-c", str(constraints), "-r", str(requires)]
-    return ["-c", str(constraints), f"{ROOT}[gpu]"]
+    """The recipe's resolver step, as pip arguments: the requirements file where the pair has one, else the extra
+    (the same choice as the examples' set-up, tools/gpu_env.py)."""
+    requires = requires_file(constraints)
+    return ["-c", str(constraints), *(["-r", str(requires)] if requires else [f"{ROOT}[gpu]"])]
 
 
 def declared_requirements(python: str, name: str, version: str) -> list[str]:
@@ -84,9 +73,9 @@ def check(python: str, constraints: Path) -> dict:
     versions = {**chosen, **no_deps}
     unmet = [u for name, v in no_deps.items()
              for u in GEN.unmet_requirements(name, v, versions, declared_requirements(python, name, v))[1]]
-    requires = HERE / "requires" / constraints.name
+    requires = requires_file(constraints)
     declared = ([line.split("overridden: ", 1)[1] for line in requires.read_text().splitlines() if "overridden: " in line]
-                if requires.is_file() else None)
+                if requires else None)
     return {"pair": constraints.stem, "resolves": True, "pins": len(wanted), "pins_off": off,
             "installed": len(chosen), "beyond_pins": sorted(set(chosen) - set(wanted) - {"verl-sglang-lora"}),
             "no_deps_step": sorted(no_deps), "no_deps_already_chosen": sorted(n for n in no_deps if n in chosen),

@@ -35,13 +35,11 @@ BUNDLE = ROOT / "scripts" / "offline_bundle"
 BUILD = BUNDLE / "build.py"
 LOCK = BUNDLE / "requirements.lock"  # the default pair's: the `gpu` extra
 LOCKS = (LOCK, BUNDLE / "requirements-sglang0.5.23.lock")
-DEFAULT_LOCK_GROUPS = {"core", "verl"}  # build.py reads these of the default lock, every group of another
 # Preinstalled on the GPU host (the lock's header names its version); the GPU runs used it.
 HOST_PACKAGES = ("torch",)
 NO_DEPS_MARK = "# --no-deps"
 EXTRA_MARK = "# extra:"
 DEFAULT_EXTRA = "gpu"
-REQUIRES_DIR = HERE / "requires"
 
 
 def _bundle_reader() -> ModuleType:
@@ -136,8 +134,9 @@ def render(lock: Path = LOCK) -> dict[Path, str]:
     """{path: text} of the pair's files: its constraints file, and its requirements file where the lock keeps the
     requirements of a --no-deps package."""
     lock_text = lock.read_text()
-    groups = DEFAULT_LOCK_GROUPS if lock == LOCK else None
-    pins = {_norm(name): version for name, version, _sdist in _bundle_reader().read_lock(groups, lock)}
+    reader = _bundle_reader()
+    groups = reader.bundle_groups(str(lock))
+    pins = {_norm(name): version for name, version, _sdist in reader.read_lock(groups, lock)}
     torch_from = "the torch it carries" if "torch" in pins else "the host torch its header names"
     for name, version in host_pins(lock_text, lock).items():
         pins.setdefault(_norm(name), version)  # a lock that carries its own torch keeps it

@@ -172,9 +172,11 @@ adapter_mismatch = sorted(n for n, t in expected.items() if n in by_key and not 
 
 # The export as a function: the checkpoint in transformers with each exported pair merged (W + alpha/r * B @ A, LoRA's
 # definition; what SGLang computes unmerged) must give the Megatron model's own logits, before and after a training step
+ref = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+ref_base = {k: v.clone() for k, v in ref.state_dict().items()}  # each call merges into the checkpoint's own weights
+
 def served_logits(export, swap_gate_up=False):
-    ref = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    state = ref.state_dict()
+    state = {k: v.clone() for k, v in ref_base.items()}
     adapter = {key(n): t.float() for n, t in export.items()}
     for n in [n for n in adapter if n.endswith(".lora_A.weight")]:
         stem = n.removesuffix(".lora_A.weight")

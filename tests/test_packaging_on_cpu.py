@@ -51,7 +51,7 @@ def test_constraints_files_are_generated_from_the_current_locks() -> None:
     # the default pair (SGLang 0.5.12, verl 0.9.1's own pin): the bundle's [core] + [verl], the host torch the GPU runs
     # used; SGLang and its kernels --no-deps
     default = _pins((ROOT / "constraints" / "verl0.9.1-sglang0.5.12.txt").read_text())
-    lock = {gen._norm(n): v for n, v, _ in reader.read_lock(gen.DEFAULT_LOCK_GROUPS, gen.LOCK)}
+    lock = {gen._norm(n): v for n, v, _ in reader.read_lock(reader.bundle_groups(str(gen.LOCK)), gen.LOCK)}
     assert {n: v for n, (v, _) in default.items() if n in lock} == lock  # every bundle pin, unchanged
     assert set(default) - set(lock) == {"torch"} and default["torch"][0] == "2.11.0"
     assert {n for n, (_, no_deps) in default.items() if no_deps} == {

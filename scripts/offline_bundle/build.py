@@ -88,6 +88,12 @@ def read_lock(groups, lock=LOCK):
     return pins
 
 
+def bundle_groups(lock):
+    """The groups the bundle installs from ``lock``: the default lock keeps its historical [core] + [verl]; another
+    lock is read whole ([torch], [core], [verl], ...). None stands for every group."""
+    return {"core", "verl"} if os.path.abspath(lock) == LOCK else None
+
+
 def find_wheel(directory, name, version):
     prefix = f"{norm(name)}-{version}-".lower()
     hits = [f for f in os.listdir(directory) if f.endswith(".whl") and f.lower().startswith(prefix)]
@@ -191,9 +197,7 @@ def main():
                     help="lock file (default requirements.lock, SGLang 0.5.12); e.g. requirements-sglang0.5.23.lock "
                          "with --out .whl/sglang-0.5.23")
     args = ap.parse_args()
-    # The default lock keeps its historical groups; another lock is read whole ([torch], [core], [verl], ...).
-    groups = {"core", "verl"} if os.path.abspath(args.lock) == LOCK else None
-    pins = read_lock(groups, args.lock)
+    pins = read_lock(bundle_groups(args.lock), args.lock)
     raw, dist, parts = (os.path.join(args.out, d) for d in ("raw", "dist", "parts"))
     fetch(pins, raw)
     wheels = assemble(pins, raw, dist)

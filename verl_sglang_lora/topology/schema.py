@@ -136,17 +136,20 @@ def _annotated_fields(cls: ast.ClassDef) -> set[str]:
             and "ClassVar" not in ast.unparse(s.annotation)}
 
 
+def _names_namespace(cls: ast.ClassDef) -> bool:
+    """Whether the class body assigns ``_NS_PATH`` (SGLang 0.5.23's mark of a ServerArgs namespace)."""
+    return any(isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_NS_PATH" for t in s.targets)
+               for s in cls.body)
+
+
 def _namespace_fields(fields_dir: Path) -> set[str]:
     """SGLang 0.5.23's layout: ``ServerArgs`` declares no field itself and collects the fields of every class in
     ``srt/arg_groups/fields/`` that names its namespace (``_NS_PATH = "lora"``, ...)."""
     found: set[str] = set()
     for source in sorted(fields_dir.glob("*.py")):
         for node in ast.parse(source.read_text(encoding="utf-8")).body:
-            names_ns = isinstance(node, ast.ClassDef) and any(
-                isinstance(s, (ast.Assign, ast.AnnAssign)) and "_NS_PATH" in ast.unparse(
-                    s.targets[0] if isinstance(s, ast.Assign) else s.target) for s in node.body)
-            if names_ns:
-                found |= _annotated_fields(node) - {"_NS_PATH"}
+            if isinstance(node, ast.ClassDef) and _names_namespace(node):
+                found |= _annotated_fields(node)
     return found
 
 
