@@ -73,7 +73,11 @@ GPU_EVIDENCE = {
 GPU_NONE = "not exercised (CPU contract only)"
 # What the resident in-place path did on a GPU per SGLang release (the CPU probe says only whether it applies)
 RESIDENT_GPU = {
-    "0.5.12": "On the H200 (docs/benchmarks.md): 0.6B r8/r32 4.41/4.22 ms p50, 8B r8/r32 9.55/10.10 ms, byte-exact.",
+    "0.5.12": (
+        "On the H200 (docs/benchmarks.md): 0.6B r8/r32 4.41/4.22 ms p50, 8B r8/r32 9.55/10.10 ms, byte-exact. The write "
+        "as one CUDA graph (`runtime/resident/graphed_write.py`), session 21 on an H100, 200 ms idle before each sync: "
+        "0.6B r32 **3.90 ms** p50 (19.5x disk), 8B r32 **4.33 ms** (80.8x disk), byte-exact; tests/gpu 7 passed."
+    ),
     "0.5.23": (
         "Writes run inside SGLang's weight-update session (0.5.23 refuses tensor updates outside one): the server "
         "actor begins one at the first write (`begin_weight_update(selector=target)`) and holds it, closing it before "
@@ -86,8 +90,8 @@ RESIDENT_GPU = {
         "(docs/benchmarks.md). Session 17: the loader keeps the answer of 0.5.23's per-request derived-weight-cache "
         "check (a walk of every module on each update; `runtime/resident/update_check_cache.py`): 0.6B r8/r32 "
         "**3.99/5.21 ms** p50 against 6.88/10.91 ms with SGLang's own check in the same engine, the header-only "
-        "request 1.72/2.36 ms against 4.50/8.05 ms. Built after that run, not yet measured on a GPU: the write as one "
-        "CUDA graph (`runtime/resident/graphed_write.py`)."
+        "request 1.72/2.36 ms against 4.50/8.05 ms. The write as one CUDA graph "
+        "(`runtime/resident/graphed_write.py`) has run on a GPU on 0.5.12 only (session 21, H100)."
     ),
 }
 
