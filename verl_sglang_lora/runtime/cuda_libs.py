@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 import re
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +48,50 @@ def torch_cudnn_pin() -> str | None:
         return None
 
 
-def cudnn_fix() -> str:
-    """What to do about a mismatch, with the pin torch declares."""
-    pin = torch_cudnn_pin() or "the nvidia-cudnn wheel torch pins"
-    return f"install the cuDNN torch was built with: pip install {pin}"
+def loaded_libraries(prefix: str, maps: str | None = None) -> list[str]:
+    """The shared objects whose file name starts with ``prefix`` mapped into this process, in first-seen order
+    (``maps``: the text of /proc/self/maps, read where not given; [] where there is none)."""
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            return []
+    found: list[str] = []
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        path = fields[5].strip() if len(fields) == 6 else ""
+        if os.path.basename(path).startswith(prefix) and path not in found:
+            found.append(path)
+    return found
+
+
+def pinned_cudnn_dir(pin: str) -> str | None:
+    """The library folder of the installed cuDNN wheel ``name==version`` where exactly that version is installed."""
+    name, _, version = pin.partition("==")
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if dist.version != version:
+        return None
+    for f in dist.files or []:
+        if f.name.startswith("libcudnn.so"):
+            return str(Path(str(dist.locate_file(f))).resolve().parent)
+    return None
+
+
+def cudnn_fix(maps: str | None = None) -> str:
+    """What to do about a mismatch. Where torch's pinned cuDNN is installed, a mismatch means another copy was loaded
+    first (TransformerEngine opens one from CUDNN_HOME, CUDA_HOME or /usr/local/cuda, and from the interpreter's own
+    site-packages when it finds no CUDA toolkit): name the files loaded from elsewhere rather than advise an install."""
+    pin = torch_cudnn_pin()
+    lib_dir = pinned_cudnn_dir(pin) if pin else None
+    if pin is None or lib_dir is None:
+        return f"install the cuDNN torch was built with: pip install {pin or 'the nvidia-cudnn wheel torch pins'}"
+    others = [f for f in loaded_libraries("libcudnn", maps) if str(Path(f).resolve().parent) != lib_dir]
+    where = f"this process also loaded {', '.join(others)}" if others else "another cuDNN was loaded"
+    return (f"torch's pinned {pin} is installed ({lib_dir}), but {where}: a library opened that copy first; "
+            f"put the pinned one first (export CUDNN_HOME={Path(lib_dir).parent}) or take the other off the search path")
 
 
 def warn_if_cudnn_mismatch() -> None:
