@@ -107,7 +107,9 @@ run)
     # torch first, as verl imports it: its own CUDA libraries load before TE's loader looks for any
     python3 -c "import torch, transformer_engine.pytorch, megatron.core; import verl_sglang_lora.register; \
 from megatron.bridge import AutoBridge; from megatron.bridge.peft.utils import *; \
-print('megatron stack imports: torch', torch.__version__, 'TE', transformer_engine.__version__)" 2>&1 | tail -3
+from verl_sglang_lora.runtime.cuda_libs import cudnn_state, loaded_libraries; \
+print('megatron stack imports: torch', torch.__version__, 'TE', transformer_engine.__version__); \
+print('cuDNN after TE:', cudnn_state(), 'files:', loaded_libraries('libcudnn'))" 2>&1 | tail -4
     # no flash-attn wheel here; TE's cuDNN fused attention failed in the backward on the H200 (docs/megatron_gpu.md)
     ATTN_BACKEND=${ATTN_BACKEND:-unfused} E2E_TIMEOUT=${E2E_TIMEOUT:-540} EXAMPLE=examples/run_qwen3_lora_megatron.sh \
         bash scripts/device/e2e.sh e2e_megatron "$@"
