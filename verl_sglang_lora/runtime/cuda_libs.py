@@ -80,14 +80,16 @@ def pinned_cudnn_dir(pin: str) -> str | None:
     return None
 
 
-def cudnn_fix(maps: str | None = None) -> str:
+def cudnn_fix(maps: str | None = None, install_hint: str = "") -> str:
     """What to do about a mismatch. Where torch's pinned cuDNN is installed, a mismatch means another copy was loaded
     first (TransformerEngine opens one from CUDNN_HOME, CUDA_HOME or /usr/local/cuda, and from the interpreter's own
-    site-packages when it finds no CUDA toolkit): name the files loaded from elsewhere rather than advise an install."""
+    site-packages when it finds no CUDA toolkit): name the files loaded from elsewhere rather than advise an install.
+    ``install_hint`` follows the install advice only (where to get the wheel)."""
     pin = torch_cudnn_pin()
     lib_dir = pinned_cudnn_dir(pin) if pin else None
-    if pin is None or lib_dir is None:
-        return f"install the cuDNN torch was built with: pip install {pin or 'the nvidia-cudnn wheel torch pins'}"
+    if lib_dir is None:
+        return (f"install the cuDNN torch was built with: pip install {pin or 'the nvidia-cudnn wheel torch pins'}"
+                f"{install_hint}")
     others = [f for f in loaded_libraries("libcudnn", maps) if str(Path(f).resolve().parent) != lib_dir]
     where = f"this process also loaded {', '.join(others)}" if others else "another cuDNN was loaded"
     return (f"torch's pinned {pin} is installed ({lib_dir}), but {where}: a library opened that copy first; "

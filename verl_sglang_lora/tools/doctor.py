@@ -367,10 +367,8 @@ class Doctor:
         if state == "ok":
             self.add("cuDNN", OK, f"torch's check passes (cuDNN {text})")
             return
-        fix = cudnn_fix()
-        if fix.startswith("install"):
-            fix += " (the offline bundle for SGLang 0.5.23 carries it: docs/offline_bundle.md)"
-        self.add("cuDNN", FAIL, f"{text} -- SGLang may serve, but the trainer's attention backward fails", fix)
+        self.add("cuDNN", FAIL, f"{text} -- SGLang may serve, but the trainer's attention backward fails",
+                 cudnn_fix(install_hint=" (the offline bundle for SGLang 0.5.23 carries it: docs/offline_bundle.md)"))
 
     # registration -----------------------------------------------------------------------------------------
     def check_registration(self, probe: Probe) -> None:
