@@ -26,6 +26,7 @@ from verl import DataProto  # noqa: E402
 from verl_sglang_lora.runtime.settings import PluginSettings  # noqa: E402
 from verl_sglang_lora.runtime.sync import served_effect as se  # noqa: E402
 from verl_sglang_lora.verl_glue import trainer_metrics  # noqa: E402
+from tests.conftest import load_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_SNR = PluginSettings().served_effect_min_snr
@@ -35,7 +36,7 @@ def _bf16(x: torch.Tensor) -> torch.Tensor:
     return x.bfloat16().float()
 
 
-def synth(served: str, seed: int = 0, b: int = 32, t: int = 96, effect: float = 0.05) -> dict[str, torch.Tensor]:
+def synth(served: str, seed: int = 0, b: int = 32, t: int = 96, effect: float = 0.1) -> dict[str, torch.Tensor]:
     """Log-probs of one step; ``served`` says what SGLang applied instead of (or as) the trained adapter."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(t // 3, t + 1, (b,), generator=g)
@@ -45,9 +46,10 @@ def synth(served: str, seed: int = 0, b: int = 32, t: int = 96, effect: float = 
     half_a = effect * (0.7 * shared + 0.7 * torch.randn(b, t, generator=g))  # layers 0..L/2 of the adapter
     half_b = effect * (0.7 * shared + 0.7 * torch.randn(b, t, generator=g))  # layers L/2..L
     trained = half_a + half_b
-    older = 0.5 * half_a + 0.2 * torch.randn(b, t, generator=g) * effect  # an early version of the adapter
-    served_effect = {"trained": trained, "quarter": 0.25 * trained, "base": torch.zeros_like(trained),
-                     "half_loaded": half_a, "stale": older, "zero_b": torch.zeros_like(trained)}[served]
+    unrelated = effect * 1.4 * torch.randn(b, t, generator=g)  # another adapter of the same size, pointing elsewhere
+    served_effect = {"trained": trained, "quarter": 0.25 * trained, "half": 0.5 * trained, "base": 0 * trained,
+                     "negated": -trained, "half_loaded": half_a, "unrelated": unrelated,
+                     "trained_plus_unrelated": trained + unrelated, "zero_b": 0 * trained}[served]
     if served == "zero_b":  # step 1: lora_B is zero, the trainer's adapter changes nothing either
         trained = torch.zeros_like(trained)
     jitter = base.abs() * 2.0 ** -8 * torch.randn(b, t, generator=g)
@@ -57,6 +59,14 @@ def synth(served: str, seed: int = 0, b: int = 32, t: int = 96, effect: float = 
         se.ROLLOUT: _bf16(base + served_effect + jitter) * mask,
         se.MASK: mask,
     }
+
+
+def judged(served: str, seed: int = 0, **kw: object) -> se.ServedEffect:
+    """The verdict on ``served`` in a run whose first step (LoRA B zero) measured the noise floor."""
+    check = se.ServedEffectCheck(MIN_SNR)
+    assert check.step(synth("zero_b", seed=1000 + seed, **kw)).verdict == "inconclusive"
+    assert check.floor is not None and check.floor > 0
+    return check.step(synth(served, seed=seed, **kw))
 
 
 def data_proto(tensors: dict[str, torch.Tensor], drop: tuple[str, ...] = ()) -> DataProto:
@@ -93,63 +103,109 @@ def _fresh_state():
 
 # -- the math -------------------------------------------------------------------------------------------------------
 
-def test_trained_adapter_served_passes_within_a_bf16_tolerance() -> None:
-    batch = data_proto(synth("trained"))
-    result = se.check_batch(batch.batch, MIN_SNR)
+def test_trained_adapter_served_passes() -> None:
+    result = judged("trained")
     assert result.verdict == "pass", result.summary()
-    assert abs(result.ratio - 1.0) <= result.tol
-    assert result.tol < 0.1  # the effect stands far above bf16 noise here: the tolerance is tight
+    assert result.error <= result.bound < 0.2 and abs(result.ratio - 1) < 0.05
     assert 0 < result.noise_rms < 0.2 * result.expected_rms  # a bf16-sized rollout-vs-trainer gap
-    assert result.tokens == int(batch.batch[se.MASK].sum())
+    assert result.tokens == int(synth("trained")[se.MASK].sum())
 
 
 def test_no_false_alarm_over_many_steps_near_the_noise() -> None:
-    """The trained adapter served, its effect only a few times the noise: never a fail (pass or inconclusive)."""
-    verdicts = [se.check_batch(synth("trained", seed=s, effect=e), MIN_SNR).verdict
-                for s in range(60) for e in (0.005, 0.01, 0.02)]
+    """The trained adapter served, its effect from below to a few times the noise floor: never a fail."""
+    verdicts = [judged("trained", seed=s, effect=e).verdict for s in range(40) for e in (0.01, 0.05, 0.1)]
     assert "fail" not in verdicts
-    assert verdicts.count("pass") > len(verdicts) // 2
+    assert verdicts.count("pass") >= 40  # the largest effect is conclusive
 
 
-@pytest.mark.parametrize("served, k_near", [("quarter", 0.25), ("base", 0.0), ("half_loaded", 0.5), ("stale", 0.25)])
-def test_a_wrong_adapter_fails_with_both_numbers(served: str, k_near: float) -> None:
-    result = se.check_batch(data_proto(synth(served)).batch, MIN_SNR)
-    assert result.verdict == "fail", result.summary()
-    assert abs(result.ratio - k_near) < 0.1 and abs(result.ratio - 1) > result.tol
-    message = result.failure_message()
-    assert f"k={result.ratio:.4g}" in message and f"expected 1 +- {result.tol:.3g}" in message
-    assert "rsLoRA" in message and "partly loaded" in message and "stale" in message
-    assert ("base model" in message) == (served == "base")
+@pytest.mark.parametrize("served", ["base", "half", "quarter", "negated", "unrelated", "trained_plus_unrelated",
+                                    "half_loaded"])
+def test_a_wrong_adapter_fails(served: str) -> None:
+    """Every adapter that is not the trained one fails, including those pointing away from the trained effect (an
+    unrelated adapter of the same size, the trained one plus as much again of something else)."""
+    for seed in range(5):
+        result = judged(served, seed=seed)
+        assert result.verdict == "fail", (served, result.summary())
+        message = result.failure_message()
+        assert f"relative error {result.error:.3g} (pass <= {result.bound:.3g})" in message
+        assert "rsLoRA" in message and "partly loaded" in message
 
 
-def test_zero_effect_is_inconclusive_not_fail() -> None:
-    result = se.check_batch(data_proto(synth("zero_b")).batch, MIN_SNR)
-    assert result.verdict == "inconclusive" and "lora_B is zero" in result.reason
-    tiny = se.check_batch(synth("quarter", effect=1e-4), MIN_SNR)  # an effect far below bf16 noise, even if wrong
+def test_the_slope_names_the_likely_cause() -> None:
+    assert "base model" in judged("base").failure_message()
+    assert "sign flipped" in judged("negated").failure_message()
+    assert abs(judged("quarter").ratio - 0.25) < 0.05
+
+
+def test_an_unrelated_adapter_is_not_called_inconclusive() -> None:
+    """The verdict's effect-to-noise comes from the trained effect and the measured floor alone: a served adapter
+    that disagrees with the trained one cannot push a step into inconclusive."""
+    right, wrong = judged("trained"), judged("unrelated")
+    assert right.snr == pytest.approx(wrong.snr) and right.snr >= MIN_SNR
+    assert wrong.verdict == "fail"
+
+
+def test_zero_effect_is_inconclusive_and_measures_the_floor() -> None:
+    check = se.ServedEffectCheck(MIN_SNR)
+    first = check.step(synth("zero_b"))
+    assert first.verdict == "inconclusive" and "lora_B is zero" in first.reason and check.floor > 0
+    tiny = check.step(synth("quarter", effect=1e-4))  # an effect far below the noise floor, even if wrong
     assert tiny.verdict == "inconclusive" and tiny.snr < MIN_SNR and "not above the noise" in tiny.reason
+
+
+def test_without_a_floor_it_says_which_setting_gives_one() -> None:
+    result = se.ServedEffectCheck(MIN_SNR).step(synth("base"))  # a resumed run: no zero-effect step
+    assert result.verdict == "inconclusive" and "served_effect_noise_floor" in result.reason
+    floor = judged("trained").noise_floor
+    assert se.ServedEffectCheck(MIN_SNR, noise_floor=floor).step(synth("base")).verdict == "fail"
+
+
+def test_inconclusive_after_conclusive_steps_is_an_error() -> None:
+    check = se.ServedEffectCheck(MIN_SNR)
+    check.step(synth("zero_b", seed=9))
+    assert check.step(synth("trained")).verdict == "pass"
+    for s in range(3):
+        assert not check.stuck
+        assert check.step(synth("trained", seed=s, effect=1e-4)).verdict == "inconclusive"
+    assert check.stuck
 
 
 def test_bypass_mode_is_inconclusive() -> None:
     tensors = synth("quarter")
     tensors[se.OLD] = tensors[se.ROLLOUT]  # algorithm.rollout_correction.bypass_mode=True copies them
-    result = se.check_batch(tensors, MIN_SNR)
+    result = se.served_effect(*(tensors[k] for k in se.REQUIRED), 1e-4, MIN_SNR)
     assert result.verdict == "inconclusive" and "bypass_mode" in result.reason
 
 
+def test_false_fail_rate_under_heavy_tailed_noise() -> None:
+    """scripts/served_effect_sim.py at the example's batch (8 prompts x 4 samples, 64 tokens) and at 8 x 256: the
+    trained adapter fails on no step of 2,000 at an effect-to-noise just above the decision threshold, and no wrong
+    adapter passes there (the record of the full run: docs/results/served_effect_sim.json)."""
+    sim = load_script(ROOT / "scripts" / "served_effect_sim.py", "served_effect_sim")
+    for b, t in ((32, 64), (8, 256)):
+        rows = sim.simulate(2000 if b == 32 else 1000, b, t, seed=1, arms=("trained",), levels=(12.0,))
+        assert rows[0]["fails"] == 0 and rows[0]["passes"] > 0.9 * rows[0]["steps"], rows
+    wrong = sim.simulate(200, 8, 256, seed=2, arms=sim.ARMS[1:], levels=(12.0,))
+    assert all(r["passes"] == 0 for r in wrong), wrong
+
+
 def test_metrics_are_the_documented_keys() -> None:
-    metrics = se.check_batch(synth("trained"), MIN_SNR).metrics()
-    assert set(metrics) == {"sglang_lora/served_effect_ratio", "sglang_lora/served_effect_tol",
-                            "sglang_lora/served_effect_snr", "sglang_lora/expected_effect_rms",
+    metrics = judged("trained").metrics()
+    assert set(metrics) == {"sglang_lora/served_effect_error", "sglang_lora/served_effect_bound",
+                            "sglang_lora/served_effect_snr", "sglang_lora/served_effect_ratio",
+                            "sglang_lora/served_noise_floor_rms", "sglang_lora/expected_effect_rms",
                             "sglang_lora/served_noise_rms", "sglang_lora/served_effect_verdict"}
     assert metrics["sglang_lora/served_effect_verdict"] == 1.0
-    assert se.check_batch(synth("base"), MIN_SNR).metrics()["sglang_lora/served_effect_verdict"] == -1.0
+    assert judged("base").metrics()["sglang_lora/served_effect_verdict"] == -1.0
 
 
 # -- the glue: settings, modes, missing keys ------------------------------------------------------------------------
 
 def test_fail_stops_the_run_by_default_and_warn_mode_logs_it(caplog: pytest.LogCaptureFixture) -> None:
     batch = data_proto(synth("quarter"))
-    with pytest.raises(se.ServedEffectMismatch, match=r"k=0\.2\d+ \(expected 1 \+- "):
+    floor = data_proto(synth("zero_b", seed=7))
+    assert trainer_metrics.served_effect_metrics(floor, run_config(), False)["sglang_lora/served_effect_verdict"] == 0
+    with pytest.raises(se.ServedEffectMismatch, match=r"relative error 0\.\d+ \(pass <= 0\.\d+\), slope k=0\.2"):
         trainer_metrics.served_effect_metrics(batch, run_config(), plugin_servers=False)
     with caplog.at_level(logging.ERROR):
         out = trainer_metrics.served_effect_metrics(batch, run_config(served_effect_check="warn"), False)
@@ -246,11 +302,12 @@ def test_through_verls_compute_data_metrics() -> None:
 
     assert getattr(metric_utils.compute_data_metrics, "__sglang_lora_wrapped__", False)
     trainer = _Trainer(run_config())
+    assert trainer.step(data_proto(synth("zero_b", seed=5)))["sglang_lora/served_effect_verdict"] == 0.0  # the floor
     metrics = trainer.step(data_proto(synth("trained")))
     assert "critic/score/mean" in metrics  # verl's own figures are still there
     assert metrics["sglang_lora/served_effect_verdict"] == 1.0
-    assert abs(metrics["sglang_lora/served_effect_ratio"] - 1) <= metrics["sglang_lora/served_effect_tol"]
-    with pytest.raises(se.ServedEffectMismatch, match=r"k=0\.2\d+ .*rsLoRA"):
+    assert metrics["sglang_lora/served_effect_error"] <= metrics["sglang_lora/served_effect_bound"]
+    with pytest.raises(se.ServedEffectMismatch, match=r"k=0\.2\d*, .*rsLoRA"):
         trainer.step(data_proto(synth("quarter")))
     off = _Trainer(run_config(served_effect_check="off")).step(data_proto(synth("quarter")))
     assert "sglang_lora/served_effect_ratio" not in off and "critic/score/mean" in off
@@ -292,7 +349,7 @@ cfg = run_config()
 cfg.trainer.use_v1 = True
 trainer = V1Trainer(cfg)
 out = {}
-for served in ("trained", "quarter"):
+for served in ("zero_b", "trained", "quarter"):
     tensors = synth(served)
     try:
         data = trainer._compute_advantage(data_proto(tensors, drop=("advantages", "returns")))
@@ -317,7 +374,8 @@ def test_through_verls_v1_trainer_advantage_step() -> None:
     trained = out["trained"]
     assert trained["advantages"] and "critic/score/mean" in trained
     assert trained["sglang_lora/served_effect_verdict"] == 1.0
-    assert abs(trained["sglang_lora/served_effect_ratio"] - 1) <= trained["sglang_lora/served_effect_tol"]
+    assert trained["sglang_lora/served_effect_error"] <= trained["sglang_lora/served_effect_bound"]
+    assert out["zero_b"]["sglang_lora/served_effect_verdict"] == 0.0  # the first step measured the noise floor
     assert out["quarter"]["raised"] == "ServedEffectMismatch"  # before the advantage step: nothing trains on it
     assert "NOT RUNNING" not in proc.stderr  # the metrics batch has no log-probs: the advantage step's check stands
-    assert re.search(r"k=0\.2\d+ \(expected 1 \+- ", out["quarter"]["message"])
+    assert re.search(r"relative error 0\.\d+ \(pass <= 0\.\d+\), slope k=0\.2", out["quarter"]["message"])

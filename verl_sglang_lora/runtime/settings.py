@@ -43,12 +43,17 @@ class PluginSettings:
     to its rollout replicas, frozen models are launched by the plugin and found by name
     (``verl_sglang_lora.topology.model_url``); `verl-sglang-lora doctor` prints the placement and the run's checks."""
     served_effect_check: str = "on"
-    """Every step, in the trainer: the served-effect ratio k of (rollout - ref) on (old - ref) log-probs must be 1
-    within a bf16-derived tolerance (runtime/sync/served_effect.py). on: a mismatch stops the run; warn: logged as an
-    error; off: not computed. Needs rollout.calculate_log_probs=True and a reference policy."""
-    served_effect_min_snr: float = 3.0
-    """The check decides only when the adapter's effect stands this far above the noise (1 over what noise alone
-    can do to k); below, the step is inconclusive (e.g. step 1: lora_B is zero)."""
+    """Every step, in the trainer: the error of what SGLang served, (rollout - old), relative to the trained adapter's
+    effect, (old - ref), must stay within a bound set by a noise floor measured where the adapter has no effect
+    (runtime/sync/served_effect.py). on: a mismatch stops the run; warn: logged as an error; off: not computed. Needs
+    rollout.calculate_log_probs=True and a reference policy."""
+    served_effect_min_snr: float = 8.0
+    """The check decides only when the trained effect's rms is this many times the noise floor's; below, the step is
+    inconclusive (the effect is below the noise: nothing to judge)."""
+    served_effect_noise_floor: float = 0.0
+    """The rollout-vs-trainer numerics' energy per token (mean squared log-prob gap with the adapter served right);
+    0: measured on the run's first step where the adapter has no effect (a fresh LoRA's first step). Set it for a
+    run that resumes from a trained adapter (the ``served_noise_floor_rms`` metric of a fresh run, squared)."""
 
     @classmethod
     def from_rollout_config(cls, rollout_config: Any) -> "PluginSettings":

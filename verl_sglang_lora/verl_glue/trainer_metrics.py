@@ -56,6 +56,7 @@ class _CheckState:
         self.last_verdict: str | None = None  # the previous step's (log a change of verdict, not every step)
         self.at_advantage = False  # the v1 trainer: the check runs at its advantage step, not in compute_data_metrics
         self.pending: dict[str, float] = {}  # that step's figures, for the step's compute_data_metrics
+        self.judge: Any = None  # served_effect.ServedEffectCheck: the run's noise floor and inconclusive streak
 
 
 _check = _CheckState()
@@ -177,12 +178,17 @@ def served_effect_metrics(batch: Any, config: Any, plugin_servers: bool) -> dict
         banner = "!" * 100
         _warn_once("served_effect_missing:" + ",".join(missing), f"\n{banner}\n{se.missing_message(missing)}\n{banner}")
         return {}
-    result = se.check_batch(batch.batch, settings.served_effect_min_snr)
+    if _check.judge is None:
+        _check.judge = se.ServedEffectCheck(settings.served_effect_min_snr, settings.served_effect_noise_floor)
+    result = _check.judge.step(batch.batch)
     previous, _check.last_verdict = _check.last_verdict, result.verdict
-    if result.verdict == "fail":
+    if result.verdict == "fail" or _check.judge.stuck:
+        message = result.failure_message() if result.verdict == "fail" else (
+            f"sglang_lora: the served-effect check was conclusive, then inconclusive for {_check.judge.inconclusive_run} "
+            f"steps in a row: the trained adapter's effect fell back under the noise floor. {result.summary()}")
         if settings.served_effect_check == "on":
-            raise se.ServedEffectMismatch(result.failure_message())
-        logger.error("%s", result.failure_message())
+            raise se.ServedEffectMismatch(message)
+        logger.error("%s", message)
     elif result.verdict == "inconclusive" and previous != "inconclusive":
         logger.warning("sglang_lora: served-effect check inconclusive: %s. %s", result.reason, result.summary())
     elif result.verdict == "pass" and previous != "pass":

@@ -2,51 +2,45 @@
 
 Per response token verl holds three log-probs of the same sampled token: ``rollout`` (what SGLang served),
 ``old`` (the trainer's recompute with the adapter) and ``ref`` (the trainer with the adapter disabled: the base).
-With E = old - ref (the adapter's expected effect) and S = rollout - ref (its served effect), the served-effect
-ratio is the least-squares slope of S on E over the masked tokens::
+E = old - ref is the trained adapter's effect; D = rollout - old is what SGLang served beyond it. With the trained
+adapter served, D is only the two engines' numerics (bf16 kernels); with anything else served, D also carries the
+error: -E for the base model, -E/2 at half scale, U - E for an unrelated adapter U, U for "trained plus U".
 
-    k = sum(S * E) / sum(E * E)
+The check compares the error's size with the effect's, against a noise floor measured **independently of the served
+adapter**: D on a step where the trained adapter has no effect (E = 0 on every token, e.g. step 1, where LoRA B is
+zero and old == ref exactly) is the engines' numerics alone. ``served_effect_noise_floor`` gives it where no such
+step exists (a resumed run).
 
-k is 1 when SGLang serves the trained adapter at the trained scale, ~0.25 when it serves it at a quarter of its
-scale, ~0 when it serves the base model, and off 1 when part of the adapter (some layers) or another version is
-served, because S then points elsewhere than E. Since S = E + D with D = rollout - old, ``k - 1 = sum(D*E)/sum(E*E)``:
-the check asks whether the rollout-vs-trainer gap D carries the adapter's effect, or only bf16 numerics.
+Statistic (per token energies, robust to heavy-tailed noise): the batch's sequences are dealt into up to
+``GROUPS`` groups; per group the relative error ``sum(D^2) / sum(E^2)`` and the effect energy ``mean(E^2)``; the
+medians over groups are ``error`` and ``effect``. Then, with ``floor`` the noise energy per token::
 
-Tolerance. Write S = k E + r, r the part of the served change E does not explain (the two engines' bf16 numerics
-when the right adapter is served). Three terms, each bounding one way k can be off with the right adapter served:
+    effect_to_noise = sqrt(effect / floor)          (an rms ratio)
+    inconclusive  when effect_to_noise < min_snr    (the trained effect is below the noise floor: nothing to judge)
+    pass          when error <= ERROR_TOL + NOISE_ALLOWANCE * floor / effect
+    fail          otherwise
 
-- sampling: the slope's standard error, with the sequences as independent clusters (tokens of one sequence share a
-  context, so their numerics are not independent; the sandwich form needs no assumption on how noise varies)::
+``ERROR_TOL`` (1/8) sits halfway to the smallest error a wrong adapter the check must catch leaves: half scale
+(error 1/4). The others leave more: quarter scale 9/16, base 1, trained + equally large unrelated 1, unrelated
+of equal size 2, negated 4. ``NOISE_ALLOWANCE`` (4) lets the numerics' energy run to 4x the floor (2x its rms) on a
+step before a correct adapter could fail; the default ``min_snr`` (8) makes the pass bound at most 1/8 + 4/64 =
+0.19, so half scale still fails. ``scripts/served_effect_sim.py`` measures both rates under heavy-tailed noise.
 
-      se(k) = sqrt(G/(G-1) * sum_seq (sum_t E_t r_t)^2) / sum(E^2),   counted Z = 4 times (~1 false alarm in 30,000)
-
-- dilution: E is measured with the trainer's own numerical noise in ``old``, which pulls a least-squares slope
-  towards 0 by var(that noise) / mean(E^2) (errors in the regressor); with the engines' errors independent per
-  token, that variance is at most mean(r^2), so the allowance is ``b = sum(r^2) / sum(E^2)``;
-- scale: u = 2^-8 is bf16's unit roundoff; each engine rounds the adapter's contribution to bf16 about four times
-  (x A, (x A) B, the scaling, the add into the residual stream), each off by at most u relatively, so a correctly
-  served adapter's effect may differ in scale by up to 8u = 2^-5 (~3 %) with no error anywhere.
-
-``tol = Z * se + b + 8u``. A wrong scale (rsLoRA's lora_alpha/sqrt(r) served as lora_alpha/r is off by sqrt(r): x4
-at r=16), a half-loaded adapter or the base model are off by 0.5 or more.
-
-Inconclusive. ``snr = 1 / (Z * se + b)``: the expected effect over what the noise alone can do to k (~ the
-per-token effect-to-noise ratio squared, or times sqrt(tokens), whichever binds). Below ``min_snr`` the batch cannot
-tell the trained adapter from a wrong one (step 1, where LoRA B is zero and E is 0): inconclusive, not fail. The
-default 3 keeps a conclusive tolerance under ~0.36, so the base model (k=0), a quarter or half scale always fail.
+What it cannot catch: an adapter close to the trained one (a version one step stale, a tiny corruption): that is
+what the per-sample version tags and the byte-exact slot check are for.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Optional
 
 import torch
 
-BF16_UNIT_ROUNDOFF = 2.0 ** -8
-SCALE_FLOOR = 8 * BF16_UNIT_ROUNDOFF
-Z = 4.0
+ERROR_TOL = 1.0 / 16
+NOISE_ALLOWANCE = 4.0
+GROUPS = 8
 PREFIX = "sglang_lora/"
 ROLLOUT, OLD, REF, MASK = "rollout_log_probs", "old_log_probs", "ref_log_prob", "response_mask"
 REQUIRED = (ROLLOUT, OLD, REF, MASK)
@@ -60,7 +54,7 @@ ENABLE = {
          "algorithm.rollout_correction.bypass_mode=True)",
     MASK: "verl's response_mask (always set by ray_trainer)",
 }
-SETTINGS = "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.served_effect_check"
+SETTINGS = "actor_rollout_ref.rollout.engine_kwargs.sglang_lora"
 
 
 class ServedEffectMismatch(RuntimeError):
@@ -69,48 +63,55 @@ class ServedEffectMismatch(RuntimeError):
 
 @dataclass(frozen=True)
 class ServedEffect:
-    ratio: float
-    """k = sum(S E) / sum(E E); 1 when the trained adapter is served."""
-    tol: float
-    """|k - 1| allowed: Z * se(k) + dilution + 8u."""
+    error: float
+    """median over sequence groups of sum(D^2) / sum(E^2): 0 for the trained adapter without numerics noise."""
+    bound: float
+    """the largest ``error`` that passes: ERROR_TOL + NOISE_ALLOWANCE * floor / effect."""
     snr: float
-    """1 / (Z * se(k) + dilution): how far the expected effect stands above what noise can do to k."""
+    """effect-to-noise: sqrt(median group mean(E^2) / floor)."""
+    ratio: float
+    """the least-squares slope of (rollout - ref) on E: ~1 served right, ~0.25 at quarter scale, ~0 the base model."""
+    noise_floor: float
+    """the numerics' energy per token, measured where the trained adapter had no effect (nan: none yet)."""
     expected_rms: float
-    """rms of E = old - ref over the masked tokens."""
     noise_rms: float
-    """rms of D = rollout - old (bf16 numerics when the check passes)."""
+    """rms of D = rollout - old."""
     tokens: int
     verdict: str
     reason: str = ""
 
     def metrics(self) -> dict[str, float]:
         return {
-            PREFIX + "served_effect_ratio": self.ratio,
-            PREFIX + "served_effect_tol": self.tol,
+            PREFIX + "served_effect_error": self.error,
+            PREFIX + "served_effect_bound": self.bound,
             PREFIX + "served_effect_snr": self.snr,
+            PREFIX + "served_effect_ratio": self.ratio,
+            PREFIX + "served_noise_floor_rms": math.sqrt(self.noise_floor),
             PREFIX + "expected_effect_rms": self.expected_rms,
             PREFIX + "served_noise_rms": self.noise_rms,
             PREFIX + "served_effect_verdict": VERDICT_CODE[self.verdict],
         }
 
     def summary(self) -> str:
-        return (f"served-effect ratio k={self.ratio:.4g} (expected 1 +- {self.tol:.3g}), effect-to-noise "
-                f"{self.snr:.3g}, over {self.tokens} response tokens: expected effect rms(old - ref)="
-                f"{self.expected_rms:.3g}, rollout-vs-trainer rms(rollout - old)={self.noise_rms:.3g}")
+        return (f"relative error {self.error:.3g} (pass <= {self.bound:.3g}), slope k={self.ratio:.4g}, "
+                f"effect-to-noise {self.snr:.3g}, over {self.tokens} response tokens: expected effect rms(old - ref)="
+                f"{self.expected_rms:.3g}, rollout-vs-trainer rms(rollout - old)={self.noise_rms:.3g}, noise floor "
+                f"rms={math.sqrt(self.noise_floor):.3g}")
 
     def failure_message(self) -> str:
-        if abs(self.ratio) <= self.tol:
-            likely = "k ~ 0: SGLang serves the base model (adapter not applied, not activated, or not named in " \
-                     "the requests)"
+        if abs(self.ratio) < 0.15:
+            likely = "k ~ 0: SGLang serves (mostly) the base model or an unrelated adapter"
+        elif self.ratio < 0:
+            likely = "k < 0: SGLang serves the adapter with its sign flipped"
         else:
-            likely = "k != 1: SGLang serves a different adapter"
+            likely = "SGLang serves the adapter at another scale, partly, or together with something else"
         return (
             f"sglang_lora: the policy SGLang served is not the trained one: {self.summary()}. {likely}. Likely "
-            f"causes: the LoRA scaling differs (rsLoRA: peft scales by lora_alpha/sqrt(r), SGLang by lora_alpha/r, "
-            f"a factor sqrt(r); a different lora_alpha); the adapter is partly loaded (layers or target modules "
-            f"missing on the server); a stale adapter version is served; or the rollout's log-probs are computed "
-            f"differently from the trainer's (e.g. another temperature). See docs/reliability.md (Served-effect "
-            f"check). To train on anyway: {SETTINGS}=warn."
+            f"causes: the LoRA scaling differs (rsLoRA: peft scales by lora_alpha/sqrt(r), SGLang by lora_alpha/r); "
+            f"the adapter is partly loaded (layers or target modules missing on the server); another adapter is "
+            f"named in the requests; or the rollout's log-probs are computed differently from the trainer's (e.g. "
+            f"another temperature). What the check measures: docs/reliability.md (Served-effect check). "
+            f"To train on anyway: {SETTINGS}.served_effect_check=warn."
         )
 
 
@@ -123,53 +124,116 @@ def missing_message(missing: list[str]) -> str:
     needs = "; ".join(f"{k}: {ENABLE[k]}" for k in missing)
     return (f"sglang_lora: served-effect check NOT RUNNING: the batch has no {', '.join(missing)}. It needs {needs}. "
             f"Without it nothing checks that the policy SGLang serves is the trained one (beyond the canary's "
-            f"'some effect'). Turn them on, or silence this with {SETTINGS}=off.")
+            f"'some effect'). Turn them on, or silence this with {SETTINGS}.served_effect_check=off.")
 
 
-def _inconclusive(reason: str, tokens: int, expected_rms: float, noise_rms: float) -> ServedEffect:
-    return ServedEffect(math.nan, math.nan, 0.0, expected_rms, noise_rms, tokens, "inconclusive", reason)
+@dataclass(frozen=True)
+class _Batch:
+    e: torch.Tensor  # [groups, ...] float64, zero outside the mask
+    d: torch.Tensor
+    s: torch.Tensor
+    keep: torch.Tensor
+    tokens: int
 
 
-def served_effect(rollout: torch.Tensor, old: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor,
-                  min_snr: float) -> ServedEffect:
-    """The verdict for one batch of [batch, response] log-probs; rows are the independent clusters."""
+def _prepare(rollout: torch.Tensor, old: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> _Batch | str:
     if not (rollout.shape == old.shape == ref.shape == mask.shape) or rollout.dim() != 2:
-        return _inconclusive(f"shapes differ: {ROLLOUT} {tuple(rollout.shape)}, {OLD} {tuple(old.shape)}, "
-                             f"{REF} {tuple(ref.shape)}, {MASK} {tuple(mask.shape)}", 0, math.nan, math.nan)
-    m = mask.detach().to("cpu", torch.float64) > 0
+        return (f"shapes differ: {ROLLOUT} {tuple(rollout.shape)}, {OLD} {tuple(old.shape)}, {REF} {tuple(ref.shape)}, "
+                f"{MASK} {tuple(mask.shape)}")
     rollout, old, ref = (t.detach().to("cpu", torch.float64) for t in (rollout, old, ref))
-    keep = m & torch.isfinite(rollout) & torch.isfinite(old) & torch.isfinite(ref)
-    n = int(keep.sum())
+    keep = (mask.detach().to("cpu") > 0) & torch.isfinite(rollout) & torch.isfinite(old) & torch.isfinite(ref)
     zero = torch.zeros((), dtype=torch.float64)
     e = torch.where(keep, old - ref, zero)
     s = torch.where(keep, rollout - ref, zero)
-    d = s - e
-    e2 = float((e * e).sum())
-    expected_rms = math.sqrt(e2 / n) if n else math.nan
-    noise_rms = math.sqrt(float((d * d).sum()) / n) if n else math.nan
-    if n == 0:
-        return _inconclusive("no response token under the mask", 0, expected_rms, noise_rms)
-    if not bool((d != 0).any()):
-        return _inconclusive(f"{OLD} equal {ROLLOUT} on every token (algorithm.rollout_correction.bypass_mode=True "
-                             f"copies them): nothing to compare", n, expected_rms, noise_rms)
-    if e2 == 0.0:
-        return _inconclusive("the adapter has no effect in the trainer (old == ref: lora_B is zero before the "
-                             "first update)", n, expected_rms, noise_rms)
-    k = float((s * e).sum()) / e2
-    r = torch.where(keep, s - k * e, zero)
-    per_seq = (e * r).sum(dim=1)[keep.any(dim=1)]
-    groups = per_seq.numel()
-    var_num = float((per_seq * per_seq).sum()) * (groups / (groups - 1) if groups > 1 else 1.0)
-    noise_hold = Z * math.sqrt(var_num) / e2 + float((r * r).sum()) / e2
-    snr = math.inf if noise_hold == 0.0 else 1.0 / noise_hold
-    tol = noise_hold + SCALE_FLOOR
+    return _Batch(e, s - e, s, keep, int(keep.sum()))
+
+
+def _group_sums(x: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per group (sequences dealt round-robin into up to ``GROUPS``): sum of x^2 and token count, groups with tokens."""
+    rows = keep.any(dim=1)
+    x2, n = (x * x).sum(dim=1)[rows], keep.sum(dim=1)[rows].to(torch.float64)
+    g = min(GROUPS, int(rows.sum()))
+    if g == 0:
+        return x2[:0], n[:0]
+    index = torch.arange(x2.numel()) % g
+    return (torch.zeros(g, dtype=torch.float64).index_add_(0, index, x2),
+            torch.zeros(g, dtype=torch.float64).index_add_(0, index, n))
+
+
+def noise_energy(rollout: torch.Tensor, old: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> Optional[float]:
+    """The numerics' energy per token (median over groups of mean(D^2)) on a batch where the trained adapter has no
+    effect (old == ref on every token); None on any other batch."""
+    b = _prepare(rollout, old, ref, mask)
+    if isinstance(b, str) or b.tokens == 0 or bool((b.e != 0).any()) or not bool((b.d != 0).any()):
+        return None
+    d2, n = _group_sums(b.d, b.keep)
+    return float((d2 / n).median())
+
+
+def served_effect(rollout: torch.Tensor, old: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor,
+                  noise_floor: Optional[float], min_snr: float) -> ServedEffect:
+    """The verdict for one batch of [batch, response] log-probs, given the noise floor (energy per token)."""
+    b = _prepare(rollout, old, ref, mask)
+    floor = math.nan if noise_floor is None else float(noise_floor)
+    if isinstance(b, str):
+        return ServedEffect(math.nan, math.nan, 0.0, math.nan, floor, math.nan, math.nan, 0, "inconclusive", b)
+    n = max(b.tokens, 1)
+    e2_all, d2_all = float((b.e * b.e).sum()), float((b.d * b.d).sum())
+    expected_rms, noise_rms = math.sqrt(e2_all / n), math.sqrt(d2_all / n)
+    ratio = float((b.s * b.e).sum()) / e2_all if e2_all else math.nan
+
+    def result(error: float, bound: float, snr: float, verdict: str, reason: str = "") -> ServedEffect:
+        return ServedEffect(error, bound, snr, ratio, floor, expected_rms, noise_rms, b.tokens, verdict, reason)
+
+    if b.tokens == 0:
+        return result(math.nan, math.nan, 0.0, "inconclusive", "no response token under the mask")
+    if not bool((b.d != 0).any()):
+        return result(math.nan, math.nan, 0.0, "inconclusive", f"{OLD} equal {ROLLOUT} on every token "
+                      "(algorithm.rollout_correction.bypass_mode=True copies them): nothing to compare")
+    if e2_all == 0.0:
+        return result(math.nan, math.nan, 0.0, "inconclusive", "the trained adapter has no effect (old == ref: "
+                      "lora_B is zero before the first update); this step measures the noise floor")
+    e2, count = _group_sums(b.e, b.keep)
+    d2, _ = _group_sums(b.d, b.keep)
+    effect = float((e2 / count).median())
+    error = float((d2 / e2.clamp_min(1e-300)).median())
+    if not floor > 0:
+        return result(error, math.nan, math.nan, "inconclusive", "no noise floor: the run had no step where the "
+                      f"trained adapter had no effect; set {SETTINGS}.served_effect_noise_floor")
+    snr = math.sqrt(effect / floor)
+    bound = ERROR_TOL + NOISE_ALLOWANCE * floor / effect if effect > 0 else math.inf
     if snr < min_snr:
-        return ServedEffect(k, tol, snr, expected_rms, noise_rms, n, "inconclusive",
-                            f"the adapter's effect is not above the noise (effect-to-noise {snr:.3g} < "
-                            f"served_effect_min_snr={min_snr:g})")
-    return ServedEffect(k, tol, snr, expected_rms, noise_rms, n, "pass" if abs(k - 1.0) <= tol else "fail")
+        return result(error, bound, snr, "inconclusive", f"the trained adapter's effect is not above the noise "
+                      f"floor (effect-to-noise {snr:.3g} < served_effect_min_snr={min_snr:g})")
+    return result(error, bound, snr, "pass" if error <= bound else "fail")
 
 
-def check_batch(tensors: Mapping[str, torch.Tensor], min_snr: float) -> ServedEffect:
-    """:func:`served_effect` on a batch's tensors (verl's ``DataProto.batch``), keyed by verl's names."""
-    return served_effect(tensors[ROLLOUT], tensors[OLD], tensors[REF], tensors[MASK], min_snr)
+class ServedEffectCheck:
+    """The check across a run's steps: keeps the noise floor from the zero-effect steps, judges the others, and
+    turns a run of inconclusive steps after the effect rose above the floor into an error."""
+
+    def __init__(self, min_snr: float, noise_floor: float = 0.0, max_inconclusive: int = 3) -> None:
+        self.min_snr = min_snr
+        self.floor: Optional[float] = noise_floor if noise_floor > 0 else None
+        self.fixed = noise_floor > 0
+        self.max_inconclusive = max_inconclusive
+        self.conclusive_seen = False
+        self.inconclusive_run = 0
+
+    def step(self, tensors: Mapping[str, torch.Tensor]) -> ServedEffect:
+        args = (tensors[ROLLOUT], tensors[OLD], tensors[REF], tensors[MASK])
+        measured = noise_energy(*args)
+        if measured is not None and not self.fixed:
+            self.floor = measured if self.floor is None else max(self.floor, measured)
+        result = served_effect(*args, self.floor, self.min_snr)
+        if result.verdict != "inconclusive":
+            self.conclusive_seen, self.inconclusive_run = True, 0
+        elif measured is None:
+            self.inconclusive_run += 1
+        return result
+
+    @property
+    def stuck(self) -> bool:
+        """Inconclusive on ``max_inconclusive`` steps in a row after a conclusive one: the effect fell back under the
+        noise, which a training adapter does not do (a served policy drifting towards the base looks like this)."""
+        return self.conclusive_seen and self.inconclusive_run >= self.max_inconclusive
