@@ -125,7 +125,7 @@ class ResidentTokenizerManager(FakeTokenizerManager):
     def __init__(self, rank: int = 8) -> None:
         import contextlib
 
-        from verl_sglang_lora.runtime.resident import selfcheck
+        from tests import resident_selfcheck as selfcheck
 
         super().__init__()
         self.rank, self._scope = rank, contextlib.ExitStack()
@@ -136,7 +136,7 @@ class ResidentTokenizerManager(FakeTokenizerManager):
         from sglang.srt.utils import MultiprocessingSerializer
         from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
 
-        from verl_sglang_lora.runtime.resident import selfcheck
+        from tests import resident_selfcheck as selfcheck
 
         await super().load_lora_adapter_from_tensors(obj, request)
         payload = MultiprocessingSerializer.deserialize(obj.serialized_tensors if isinstance(obj.serialized_tensors, bytes)

@@ -1,8 +1,10 @@
 """The resident in-place path through the real ``SGLangLoRARollout`` actor and the real loader, on SGLang's real LoRA
 pool (CPU): the first sync creates the two pinned slots with SGLang's own load and attaches them to the client's flat
 buffer (the plan's write compared byte for byte with SGLang's load), the next sync writes the idle slot in place
-(checksums equal) and flips the served name, slots are never unloaded as stale versions, and a failed check turns
-the path off: the version is loaded the ordinary way and the slots are dropped. Status tensors are shared with the
+(verified byte for byte against the client's buffer), and only the client's commit after reading that answer flips
+the served name (two-phase: a client that never commits leaves the previous version serving); slots are never
+unloaded as stale versions, and a failed check turns the path off: the version is loaded the ordinary way and the
+slots are dropped. Status tensors are shared with the
 actor through SGLang's serializer, as over CUDA IPC on a GPU."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ stub_inert_modules()
 import ray, torch
 torch.multiprocessing.set_sharing_strategy("file_system")
 from tests.server_probe import start_probe_server
-from verl_sglang_lora.runtime.resident import selfcheck
+from tests import resident_selfcheck as selfcheck
 from verl_sglang_lora.runtime.resident.requests import (ResidentRequests, SLOTS, check_load_verify, check_results,
                                                          verify_for_push, write_targets)
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
@@ -31,25 +33,31 @@ resolve = lambda n: (n, LORA_RE.match(n).group("module_path"), LORA_RE.match(n).
 collector, requests, config = AdapterCollector(), ResidentRequests(torch.device("cpu")), selfcheck.peft_config(8)
 out = {"launch_args": ray.get(srv.server_args.remote(False))}
 
-def push(version, resident, failed=None, fields=True, slots=SLOTS):
+def push(version, resident, failed=None, fields=True, slots=SLOTS, commit=True):
     adapter = collector.collect(iter(selfcheck.peft_adapter(8, seed=version).items()), resolve)
     f = adapter_request_fields(config, adapter, 1) if fields else {}
     calls, payload = {}, None
     if resident == "attach":
-        attach = requests.attach(adapter.tensors, version, adapter.flat, adapter.checksum)
+        attach = requests.attach(adapter.tensors, version, adapter.flat)
         calls = {(c.op, c.slot): c for c in attach}
         payload = {"attach": [(c.op, c.slot, c.blobs) for c in attach],
                    "slot_fields": adapter_request_fields(config, adapter, 1)}
     elif resident == "write":
-        writes = requests.writes(version, adapter.checksum, slots)
+        writes = requests.writes(version, slots)
         calls = {("write", s): c for s, c in writes.items()}
         payload = {"writes": {s: c.blobs for s, c in writes.items()}}
     result = ray.get(srv.sync_adapter.remote(AdapterPush(version, adapter.fingerprint, version, f, SyncStats(version=version),
                                                          None, payload, failed)))
     ran = [calls[tuple(x)] for x in (result.get("resident") or {}).get("ran", [])]
+    check = check_results(ran, config["lora_alpha"] / config["r"]) if ran else None
+    active_staged = ray.get(srv.adapter_status.remote())["active_name"]  # between the phases
+    committed = {}
+    if commit and result["action"] in ("inplace", "load"):  # as the sync client: serve only a verified write
+        committed = ray.get(srv.commit_adapter.remote(version, check))
     return {"action": result["action"], "name": result.get("name"), "ran": [list(x) for x in result["resident"].get("ran", [])],
-            "check": check_results(ran, config["lora_alpha"] / config["r"]) if ran else None, "results": [c.result() for c in ran],
-            "inplace": (result.get("stats") or {}).get("inplace"), "resident": result["resident"]}
+            "check": check, "results": [c.result() for c in ran], "committed": committed.get("action"),
+            "active_staged": active_staged, "inplace": (committed.get("stats") or {}).get("inplace"),
+            "resident": committed.get("resident", result["resident"])}
 
 def served(request_id):
     ray.get(srv.generate.remote(prompt_ids=[5, 6, 7], sampling_params={"temperature": 1.0}, request_id=request_id))
@@ -73,9 +81,12 @@ served("r4")
 out["v5_targets"] = list(write_targets(out["v4"]["name"]))
 out["v5"] = push(5, "write", fields=False, slots=write_targets(out["v4"]["name"]))
 served("r5")
+# a client that dies between the phases: version 6 written and verified, never committed; version 5 keeps serving
+out["v6_orphan"] = push(6, "write", fields=False, slots=write_targets(out["v5"]["name"]), commit=False)
+out["after_orphan"] = ray.get(srv.adapter_status.remote())["active_name"]
 out["flushes"] = [c for c in ray.get(srv.calls.remote()) if c[0] == "flush"]
 out["generate_keys"] = ray.get(srv.generate_keys.remote())
-out["v6"] = push(6, None, failed="checksum mismatch (test)")
+out["v6"] = push(6, None, failed="mismatch (test)")
 # after the fallback the loader is still launched: each ordinary load is verified in SGLang's pool before it serves
 # (the sync client builds the verify for the version's name; the server runs it after the load)
 other_collector = AdapterCollector()
@@ -93,8 +104,11 @@ def push_verified(version, name, other=False):
         check = None
     except Exception as exc:
         check = f"{type(exc).__name__}: {exc}"
+    committed = ray.get(srv.commit_adapter.remote(version, check))
     return {"action": result["action"], "name": result["name"], "verify": result["verify"], "ops": ops,
-            "check": check, "result": call.result(), "load_verified": result["stats"]["load_verified"]}
+            "check": check, "result": call.result(), "committed": committed["action"],
+            "load_verified": (committed.get("stats") or {}).get("load_verified"),
+            "active": ray.get(srv.adapter_status.remote())["active_name"]}
 
 out["v7"] = push_verified(7, "verl_lora_v7")
 out["v8"] = push_verified(8, "verl_lora_v8_elsewhere")
@@ -115,17 +129,13 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     v1, v2, v3, v4, v5, v6 = (out[f"v{i}"] for i in range(1, 7))
     # first sync: SGLang's own load into both pinned slots, attach, the plan's write compared with SGLang's load
     assert v1["action"] == "inplace" and v1["name"] == "verl_lora_slot0" and v1["check"] is None
-    assert v1["ran"] == [["attach", "verl_lora_slot0"], ["attach", "verl_lora_slot1"], ["compare", "verl_lora_slot1"],
-                         ["checksum", "verl_lora_slot1"], ["ping", "verl_lora_slot0"]]
+    assert v1["ran"] == [["attach", "verl_lora_slot0"], ["attach", "verl_lora_slot1"], ["compare", "verl_lora_slot1"]]
     assert v1["results"][2]["mismatches"] == 0 and all(r["ok"] for r in v1["results"])
-    # both reply channels proven at attach, asked with an empty header and answered there under their seq: slot1's
-    # checksum equals what its attach wrote; slot0 answers a ping
-    assert v1["results"][3]["dst_checksum"] == v1["results"][1]["dst_checksum"] and v1["results"][3]["seq"] > 0
-    assert v1["results"][4]["message"] == "pong" and v1["results"][4]["seq"] == v1["results"][3]["seq"] + 1
-    # later syncs: the idle slot written in place, checksums equal, the served name flips
+    assert v1["active_staged"] is None and v1["committed"] == "inplace"  # nothing served before the commit
+    # later syncs: the idle slot written in place and verified; the served name flips at the commit, not before
     assert (v2["action"], v2["name"], v2["ran"]) == ("inplace", "verl_lora_slot1", [["write", "verl_lora_slot1"]])
-    assert v2["check"] is None and v2["results"][0]["src_checksum"] == v2["results"][0]["dst_checksum"]
-    # verified against the trainer's own checksum of its flat buffer (read back through the mirror), at its scaling
+    assert v2["check"] is None and v2["active_staged"] == "verl_lora_slot0" and v2["committed"] == "inplace"
+    # read back through the mirror and compared byte for byte with the client's flat buffer, at its scaling
     assert v2["results"][0]["verified_by"] == 2 and v1["results"][1]["verified_by"] == 2
     assert v2["results"][0]["scaling"] == pytest.approx(16 / 8) and v2["results"][0]["lora_r"] == 8
     assert v2["results"][0]["copies"] > 0 and v2["inplace"] == 1
@@ -140,8 +150,12 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     assert out["v5_targets"] == ["verl_lora_slot0", "verl_lora_slot1"]
     assert (v5["action"], v5["name"], v5["ran"]) == ("inplace", "verl_lora_slot1", [["write", "verl_lora_slot1"]])
     assert v5["check"] is None
+    # written and verified but never committed (the client died): the previous version still serves
+    orphan = out["v6_orphan"]
+    assert (orphan["action"], orphan["name"], orphan["check"]) == ("inplace", "verl_lora_slot0", None)
+    assert orphan["committed"] is None and out["after_orphan"] == "verl_lora_slot1"
     # a failed client check: the version is loaded the ordinary way, the path is off, the slots are dropped
-    assert (v6["action"], v6["name"]) == ("load", "verl_lora_v6") and v6["resident"]["disabled"].startswith("checksum")
+    assert (v6["action"], v6["name"]) == ("load", "verl_lora_v6") and v6["resident"]["disabled"].startswith("mismatch")
     calls = [tuple(c) for c in out["calls"]]
     assert calls[:2] == [("load_tensors", "verl_lora_slot0"), ("load_tensors", "verl_lora_slot1")]
     assert calls.count(("load_tensors", "verl_lora_v4")) == 1 and calls.count(("load_tensors", "verl_lora_v6")) == 1
@@ -153,18 +167,17 @@ def test_resident_slots_attach_write_flip_and_fall_back(tiny_qwen3, tmp_path) ->
     v7, v8, v9 = out["v7"], out["v8"], out["v9"]
     assert (v7["action"], v7["name"], v7["verify"]["ran"]) == ("load", "verl_lora_v7", True) and v7["verify"]["ms"] > 0
     assert [tuple(o) for o in v7["ops"]] == [("load_tensors", "verl_lora_v7"), ("loader", "op=verify")]
-    assert v7["check"] is None and v7["result"]["src_checksum"] == v7["result"]["dst_checksum"]
+    assert v7["check"] is None and v7["result"]["verified_by"] == 1
     assert v7["result"]["copies"] > 0 and v7["result"]["message"].startswith("verified ")
     assert (v7["load_verified"], out["v8"]["load_verified"]) == (1, 0)  # sglang_lora/sync_load_verified
     # built for another name than SGLang holds the version under: not run, and the reply says why
     assert v8["verify"]["ran"] is False and "verl_lora_v8_elsewhere" in v8["verify"]["reason"]
     assert [tuple(o)[0] for o in v8["ops"]] == ["loader", "load_tensors"]  # no loader call after v8's load
-    # the pool holds other bytes than the tensors the verify names: the check fails with both checksums
+    # the pool holds other bytes than the tensors the verify names: the check fails, v9 is dropped, never served
     assert v9["verify"]["ran"] is True and v9["check"].startswith("LoadVerifyError: ") and "other bytes" in v9["check"]
-    assert "!=" in v9["check"]
-    # the server has switched to v9 when the client reads the answer; the client's error stops the run before a
-    # rollout uses it (verl's hybrid sync starts rollouts only after the sync returns)
-    assert out["status"]["active_name"] == "verl_lora_v9"
+    assert "differ from the trainer's bytes" in v9["check"] and v9["committed"] == "dropped"
+    assert v9["active"] == out["status"]["active_name"] == "verl_lora_v8"
+    assert ("unload", "verl_lora_v9") in calls
 
     # the prefix cache across in-place versions: no flush, each request keyed by its adapter's version (a slot keeps
     # its lora id, so KV of version 2 must never match under version 3); the canary is keyed the same way

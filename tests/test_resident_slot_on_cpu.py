@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from tests.conftest import sglang_or_skip
+from verl_sglang_lora.runtime.resident import protocol as P
 from verl_sglang_lora.runtime.resident.protocol import ErrorCode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +51,7 @@ def started_probes():
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["PYTHONPATH"] = f"{path}{os.pathsep}{ROOT}"
         procs[version] = subprocess.Popen(
-            [sys.executable, "-m", "verl_sglang_lora.runtime.resident.selfcheck", *args], cwd=ROOT, env=env,
+            [sys.executable, "-m", "tests.resident_selfcheck", *args], cwd=ROOT, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     yield procs
     for proc in procs.values():
@@ -81,7 +82,7 @@ def release_probes(started_probes):
 @pytest.fixture(scope="module")
 def cases_0512(started_probes):
     sglang_or_skip("sglang.srt.lora.mem_pool")
-    from verl_sglang_lora.runtime.resident import selfcheck
+    from tests import resident_selfcheck as selfcheck
 
     return {case: selfcheck.check_case(*case, max_rank=16) for case in CASES_0512}
 
@@ -96,7 +97,7 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
     assert c["buffer_shapes"]["A.o_proj"] == [3, 16, 64 // tp]
     assert c["before_write_mismatches"] > 0  # the comparison can fail: slots differ before the write
     assert c["plan_mismatches"] == []  # byte-exact, every module and layer, against SGLang's own load
-    assert c["checksum_equal"] is True
+    assert c["pairs_differing"] == []  # the exact per-block check agrees
     assert c["modules"] == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"] and c["layers"] == [0, 1]
     assert c["unused_sources"] == [] and c["zero_blocks"] == 0
     # per layer: qkv A 3r x 64, qkv B 128/tp x r, o A r x 64/tp, o B 64 x r, gate_up A 2r x 64,
@@ -111,57 +112,28 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
     # the custom-weight-loader entry point, end to end
     attach, write, compare = c["attach_status"], c["write_status"], c["compare_status"]
     assert attach["ok"] and attach["magic_ok"] and attach["seq"] == 7 and attach["copies"] == 28
-    assert attach["src_checksum"] == attach["dst_checksum"] and attach["buffer_id"] == slots["slot"]
+    assert attach["buffer_id"] == slots["slot"] and "attached 28 copies" in c["attach_message"]
     assert write["ok"] and write["version"] == 2 and write["seq"] == 8 and write["copies"] == 28
-    assert write["src_checksum"] == write["dst_checksum"] != attach["dst_checksum"]
     assert compare["ok"] and compare["mismatches"] == 0 and c["compare_message"] == "slots are byte-identical"
-    # TP 1 reads the slot back through the mirror and matches the trainer's own checksum of its flat buffer; a TP
-    # rank that uses a slice of the adapter cannot, and is verified source view against slot, pair by pair
-    stale = c["stale_sum_status"]
-    if tp == 1:
-        assert attach["verified_by"] == write["verified_by"] == 2
-        assert not stale["ok"] and stale["error"] == ErrorCode.MISMATCH
-    else:
-        assert attach["verified_by"] == write["verified_by"] == 1 and stale["ok"]
+    # TP 1 reads the slot back whole through the mirror and compares it with the trainer's buffer; a TP rank that
+    # uses a slice of the adapter compares block by block with the source views
+    assert attach["verified_by"] == write["verified_by"] == (P.BY_MIRROR if tp == 1 else P.BY_PAIRS)
     assert write["scaling"] == 2.0 and write["lora_r"] == rank  # selfcheck's alpha is 2r
     # a normal load proven byte for byte against the tensors it came from (this rank's slice); refused against others
     verified, wrong = c["verify_status"], c["verify_wrong_status"]
-    assert verified["ok"] and verified["copies"] == 28 and verified["src_checksum"] == verified["dst_checksum"]
+    assert verified["ok"] and verified["copies"] == 28 and verified["verified_by"] == P.BY_PAIRS
     assert not wrong["ok"] and wrong["error"] == ErrorCode.MISMATCH
-    assert "other bytes for 'reference'" in c["verify_wrong_message"]
+    assert "the pool's bytes for 'reference'" in c["verify_wrong_message"]
     assert not c["unknown_slot_status"]["ok"] and c["unknown_slot_status"]["error"] == ErrorCode.UNKNOWN_SLOT
     assert c["unpinned_status"]["error"] == ErrorCode.NOT_PINNED and "not pinned" in c["unpinned_message"]
-    # an empty header where the attach handed over no reply channel is not run: the slot keeps version 2's bytes
-    kept = c["no_channel_then_checksum_status"]
-    assert kept["ok"] and kept["seq"] == 31 and kept["version"] == 2 and kept["dst_checksum"] == write["dst_checksum"]
-    # the in-place write's form: an empty header, the answer on the reply channel the attach handed over
-    assert c["reply_attach_status"]["ok"] and c["reply_attach_status"]["seq"] == 10
-    reply_write, reply_stale = c["reply_write_status"], c["reply_stale_sum_status"]
-    assert reply_write["ok"] and reply_write["seq"] == 11 and reply_write["version"] == 5 and reply_write["copies"] == 28
-    assert reply_write["src_checksum"] == reply_write["dst_checksum"] != write["dst_checksum"]
-    # the attach-time probe of the channel: the slot's checksum, answered there, equals what the write left
-    probe = c["reply_checksum_status"]
-    assert probe["ok"] and probe["seq"] == 20 and probe["dst_checksum"] == reply_write["dst_checksum"]
-    ping = c["reply_ping_status"]  # the benchmark's request floor: answered, nothing copied
-    assert ping["ok"] and ping["seq"] == 21 and ping["copies"] == 0 and c["reply_ping_message"] == "pong"
-    if tp == 1:  # a wrong trainer checksum fails on the reply channel too, with its reason
-        assert not reply_stale["ok"] and reply_stale["error"] == ErrorCode.MISMATCH and reply_stale["seq"] == 12
-        assert "trainer's checksum" in c["reply_stale_sum_message"]
-    else:
-        assert reply_stale["ok"] and reply_stale["seq"] == 12
-    # detached: the loader has nowhere to answer, the channel keeps request 12's answer (the client's seq check)
-    assert c["reply_after_detach_status"]["seq"] == 12
+    # detached: the loader has nowhere to answer, the channel keeps request 8's answer (the client's seq check)
+    assert c["detach_status"]["ok"]
+    assert c["reply_after_detach_status"]["seq"] == 8
 
 
 @pytest.mark.parametrize("tp, tp_rank, rank", CASES_0512, ids=[f"tp{t}.rank{k}.r{r}" for t, k, r in CASES_0512])
 def test_plan_matches_sglang_load_0512_in_process(cases_0512, tp, tp_rank, rank):
     _assert_case(cases_0512[(tp, tp_rank, rank)], tp, rank)
-
-
-def test_tp_ranks_get_different_slices_0512(cases_0512):
-    """Same adapter, same pool shape: TP rank 0 and rank 1 write different bytes (their own shards)."""
-    a, b = cases_0512[(2, 0, 8)], cases_0512[(2, 1, 8)]
-    assert a["attach_status"]["dst_checksum"] != b["attach_status"]["dst_checksum"]
 
 
 def _probe(release_probes, version: str) -> dict:
@@ -189,42 +161,6 @@ def test_plan_matches_sglang_load_other_releases(release_probes, version):
         _assert_case(case, tp, rank)
 
 
-def test_update_check_kept_per_model_on_0523(release_probes):
-    """0.5.23 walks every module on each tensor update (``_unsupported_derived_weight_cache_error``): the loader's
-    attach puts the cached check in place of SGLang's real function, which SGLang's callers reach by module global;
-    loader writes get SGLang's answers from one walk per REVALIDATE_EVERY calls, other updates walk every time and
-    drop the kept answer, and a changed answer puts SGLang's function back."""
-    from verl_sglang_lora.runtime.resident.update_check_cache import KEPT, REVALIDATE_EVERY
-
-    data = _probe(release_probes, "0.5.23")
-    u = data["update_check"]
-    assert "error" not in u, u
-    assert all(c["attach_message"].endswith(f"SGLang's per-request update check: {KEPT}") for c in data["cases"].values())
-    assert u["installed_by_attach"] is True and u["install"] == KEPT
-    assert u["sglang_callers"] == ["load_weights_from_distributed", "update_weights_from_disk",
-                                   "update_weights_from_ipc", "update_weights_from_tensor"]
-    assert u["caller_has_load_format"] is True
-    assert u["answer"] is None and u["same_answers"] is True and u["modules"] > 200
-    assert u["loader_walks"] == 1 + (u["calls"] - 1) // REVALIDATE_EVERY
-    assert u["other_walks"] == 4 and u["other_answers"] == ["None"]
-    assert u["late_answers"] == ["None", "a derived cache appeared"]  # caught at the next revalidation
-    assert "a derived cache appeared" in u["stale"] and u["given_back"] is True
-    # the benchmark's side-by-side switch, through the loader's entry point: SGLang's own check, then the cached one
-    assert [(p["ok"], p["cached_in_place"]) for p in u["ping_switch"]] == [(True, False), (True, True)]
-    assert [p["message"].rsplit(": ", 1)[-1] for p in u["ping_switch"]] == ["SGLang's own", "cached"]
-
-
-def test_update_check_left_alone_where_sglang_has_no_walk(release_probes):
-    """0.5.18's check of that name reads a flag (no model); 0.5.12 has none: nothing is replaced."""
-    from verl_sglang_lora.runtime.resident import update_check_cache as U
-
-    data = _probe(release_probes, "0.5.18")
-    assert data["update_check"] == {"install": "absent", "installed_by_attach": False}
-    assert not any("update check" in c["attach_message"] for c in data["cases"].values())
-    sglang_or_skip("sglang.srt.lora.mem_pool")
-    assert U.install() == "absent" and U.installed() is None
-
-
 # ---- pieces that need no SGLang ------------------------------------------------------------------------------------
 def test_blocks_from_trace_strides_zeros_and_repeats():
     from verl_sglang_lora.runtime.resident.plan import Block, SourceSpec, blocks_from_trace
@@ -244,8 +180,8 @@ def test_blocks_from_trace_strides_zeros_and_repeats():
     assert len(blocks) == 4
 
 
-def test_bind_and_checksums_follow_the_blocks():
-    from verl_sglang_lora.runtime.resident.execute import pair_checksums, run_copies
+def test_bind_and_exact_compare_follow_the_blocks():
+    from verl_sglang_lora.runtime.resident.execute import differing_pairs, run_copies
     from verl_sglang_lora.runtime.resident.plan import Block, SlotLayout, SourceSpec, bind
 
     class Pool:
@@ -260,10 +196,11 @@ def test_bind_and_checksums_follow_the_blocks():
     assert run_copies(pairs) == 2
     assert Pool.A_buffer["m"][0][1, 1:3, 1:3].float().tolist() == [[5, 6], [9, 10]]
     assert Pool.B_buffer["m"][0][1, 0].tolist() == [0, 0, 0, 0] and Pool.B_buffer["m"][0][0].abs().sum() == 0
-    s, d = pair_checksums(pairs)
-    assert s == d
-    Pool.A_buffer["m"][0][1, 1, 1] = 7  # one changed element changes the slot checksum
-    assert pair_checksums(pairs)[1] != s
+    assert differing_pairs(pairs) == []
+    Pool.A_buffer["m"][0][1, 1, 1] = 7  # one changed element is found in its block
+    assert differing_pairs(pairs) == [0]
+    Pool.B_buffer["m"][0][1, 0, 2] = -0.0  # a zero block holding -0.0: equal as a float, not as bits
+    assert differing_pairs(pairs) == [0, 1]
     with pytest.raises(ValueError, match="shape"):
         bind(layout, Pool, 1, {"w": torch.zeros(4, 5)})
 
@@ -314,7 +251,7 @@ def test_a_pool_wider_than_the_adapter_makes_strided_slot_views() -> None:
     """Why the sync matrix launches one engine per rank (tools/sync_matrix.py): in SGLang's real pool, an r32 adapter
     in a max-rank-128 slot has strided destinations (torch's fused copy leaves its fast path), in a max-rank-32 slot
     none -- the plugin always launches with max_lora_rank = the adapter's rank."""
-    from verl_sglang_lora.runtime.resident import selfcheck
+    from tests import resident_selfcheck as selfcheck
     from verl_sglang_lora.runtime.resident.plan import bind
     from verl_sglang_lora.runtime.resident.trace import trace_layout
 
@@ -346,11 +283,11 @@ def test_a_write_moves_only_its_header_and_a_stale_answer_is_caught_by_seq() -> 
     requests = ResidentRequests(torch.device("cpu"))
     flat = torch.zeros(64, dtype=torch.uint8)
     adapter = {"base_model.model.model.layers.0.mlp.down_proj.lora_A.weight": flat[:32].view(torch.float32).view(2, 4)}
-    attach = requests.attach(adapter, 0, flat, (1, 2))
+    attach = requests.attach(adapter, 0, flat)
     sent = P.parse(MultiprocessingSerializer.deserialize(attach[1].blobs[0]))
     assert sent.reply is not None and sent.status is not None and sent.get("slot") == SLOTS[1]
 
-    (write,) = requests.writes(5, (1, 2), (SLOTS[1],)).values()
+    (write,) = requests.writes(5, (SLOTS[1],)).values()
     named = MultiprocessingSerializer.deserialize(write.blobs[0])
     assert len(named) == 1 and named[0][1].numel() == 0  # no tensor memory crosses
     req = P.parse(named)
@@ -361,8 +298,10 @@ def test_a_write_moves_only_its_header_and_a_stale_answer_is_caught_by_seq() -> 
     assert P.read_status(write.status)["seq"] == 77
 
     # the channel holds an older request's success: the write is not taken as done
-    P.write_status(write.status, {P.STATE: P.OK, P.SEQ: write.seq - 1, P.SRC0: 1, P.SRC1: 2, P.DST0: 1, P.DST1: 2})
+    P.write_status(write.status, {P.STATE: P.OK, P.SEQ: write.seq - 1, P.VERIFIED_BY: P.BY_MIRROR})
     failed = check_results([write])
     assert failed and f"never answered request {write.seq}" in failed and "scheduler log" in failed
-    P.write_status(write.status, {P.STATE: P.OK, P.SEQ: write.seq, P.SRC0: 1, P.SRC1: 2, P.DST0: 1, P.DST1: 2})
+    P.write_status(write.status, {P.STATE: P.OK, P.SEQ: write.seq, P.N_COPIES: 4, P.VERIFIED_BY: P.BY_MIRROR})
     assert check_results([write]) is None
+    P.write_status(write.status, {P.STATE: P.OK, P.SEQ: write.seq, P.N_COPIES: 4})  # written, never verified
+    assert "without verifying" in check_results([write])

@@ -40,7 +40,7 @@ def test_later_syncs_copy_into_the_same_buffer(tiny_qwen3):
     ptr, fp = first.flat.data_ptr(), first.fingerprint
     second = collector.collect(((n, t + 1) for n, t in stream), names.resolve_lora)
     assert second.flat.data_ptr() == ptr and collector.layouts_built == 1  # no new allocation
-    assert second.fingerprint != fp
+    assert second.fingerprint == fp  # same layout: the version tells the two apart
     name = names.resolve_lora(stream[0][0])[0]
     assert torch.equal(second.tensors[name], stream[0][1] + 1)
     third = collector.collect(iter(stream[:8]), names.resolve_lora)  # another set of tensors: a new layout
@@ -111,18 +111,16 @@ def _flat_of(tensors: dict) -> tuple[list, torch.Tensor]:
     return entries, flat
 
 
-def test_fingerprint_tracks_content_and_layout():
+def test_fingerprint_tracks_the_layout():
     x = {"a": torch.ones(3), "b": torch.arange(4.0)}
-    same = fingerprint(*_flat_of({k: v.clone() for k, v in x.items()}))
-    assert fingerprint(*_flat_of(x)) == same
-    y = {"a": torch.ones(3), "b": torch.arange(4.0).flip(0)}  # same sum, different order
-    assert fingerprint(*_flat_of(y))[0] != same[0]
-    changed = {"a": torch.ones(3), "b": torch.arange(4.0).index_fill_(0, torch.tensor([2]), -1.0)}
-    assert fingerprint(*_flat_of(changed))[0] != same[0]
+    same = fingerprint(_flat_of({k: v.clone() for k, v in x.items()})[0])
+    assert fingerprint(_flat_of(x)[0]) == same
     renamed = {"a2": torch.ones(3), "b": torch.arange(4.0)}  # same bytes under another name
-    assert fingerprint(*_flat_of(renamed))[0] != same[0]
-    mixed = {"e": torch.zeros(0), "h": torch.ones(2, 2, dtype=torch.bfloat16), **x}  # empty and bf16 tensors
-    assert fingerprint(*_flat_of(mixed)) == fingerprint(*_flat_of({k: v.clone() for k, v in mixed.items()}))
+    assert fingerprint(_flat_of(renamed)[0]) != same
+    reshaped = {"a": torch.ones(3), "b": torch.arange(4.0).view(2, 2)}
+    assert fingerprint(_flat_of(reshaped)[0]) != same
+    cast = {"a": torch.ones(3), "b": torch.arange(4.0).bfloat16()}
+    assert fingerprint(_flat_of(cast)[0]) != same
 
 
 def test_versions_idempotent_ack_monotonic_and_retention():

@@ -33,7 +33,7 @@ from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError, request_outcome
 from verl_sglang_lora.runtime.resident import LOADER_PATH
-from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS
+from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS, detach_request
 from verl_sglang_lora.runtime.resident.slots import ResidentSlots
 from verl_sglang_lora.runtime.resident.update_request import send_loader_request
 from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base
@@ -59,6 +59,14 @@ logger.setLevel(logging.INFO)
 VERL_FIXED_ADAPTER_NAME = "verl_actor_lora_name"  # what verl's own generate() puts in lora_path
 UNREAD_SYNCS_WARNING = 3  # adapter syncs with no drain_metrics() between: verl's metrics hook is not installed
 _current_lease: contextvars.ContextVar[Lease | None] = contextvars.ContextVar("sglang_lora_lease", default=None)
+
+
+def explicit_adapters(obj: Any) -> list[str]:
+    """The adapter names a generate request chose itself (``lora_path``: one name or one per prompt), verl's fixed
+    name aside (the plugin replaces it with the active version)."""
+    path = getattr(obj, "lora_path", None)
+    return [p for p in (path if isinstance(path, list) else [path])
+            if isinstance(p, str) and p and p != VERL_FIXED_ADAPTER_NAME]
 
 
 class SGLangLoRARollout(_verl_server.SGLangHttpServer):
@@ -93,6 +101,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.prefix_tags = PrefixTags()
         self._warned_no_adapter = False
         self._pending_canary: tuple[str, CanaryExpectation] | None = None
+        self._staged: tuple[str, str, AdapterPush, dict | None] | None = None  # (name, action, push, verify) to commit
         self._unload_retry: list[str] = []  # stale versions SGLang refused to unload
         self._uncertain: set[str] = set()  # loads that timed out: maybe registered by SGLang after all
         self.last_canary: dict[str, Any] | None = None
@@ -147,15 +156,18 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self._raw_generate_request = raw
 
         async def generate_request(obj: Any, request: Any = None):
+            named = explicit_adapters(obj)
             lease = _current_lease.get()
-            own = self.adapters.acquire() if lease is None else None
+            # a request is leased to the adapter it reads: the one it names, else the active one
+            own = [self.adapters.acquire_named(n) for n in named] or ([self.adapters.acquire()] if lease is None else [])
             try:
-                self._name_adapter(obj, lease or own)
+                self._name_adapter(obj, lease or (own[0] if own and not named else None))
                 self.prefix_tags.tag(obj)
                 async for out in raw(obj, request):
                     yield out
             finally:
-                await self._release(own)
+                for held in own:
+                    await self._release(held)
 
         tm.generate_request = generate_request
 
@@ -255,13 +267,14 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         return str(self.snapshot_root)
 
     async def sync_adapter(self, push: AdapterPush) -> dict[str, Any]:
-        """Load one adapter version, make it the one new requests use, set verl's step, queue the canary.
+        """Phase one of a sync: put one adapter version where SGLang can serve it, without serving it.
 
-        An exact re-push (same version, same fingerprint) is acknowledged without a load, so a call Ray re-sends
-        to a restarted actor (which recovered that version from its snapshot) is idempotent. With the resident
-        path the version is written in place into the idle pinned slot (``runtime/resident``); a client whose
-        check of that write failed sends the version again with ``resident_failed``, which turns the path off
-        for this launch and loads the version the ordinary way.
+        With the resident path the version is written in place into the idle pinned slot (``runtime/resident``),
+        whose loader verifies it byte for byte; otherwise it is loaded under a fresh versioned name (and, where the
+        client sent one, checked by the loader's ``verify``). The loader answers only to the client, so the version
+        is served only when the client, having read a verified answer, calls :meth:`commit_adapter` (phase two). A
+        client that dies in between leaves the previous version serving. An exact re-push of the served version
+        (same version, same fingerprint: a call Ray re-sends to a restarted actor that recovered it) is acknowledged.
         """
         await self._recover_if_restarted()
         t0 = time.perf_counter()
@@ -273,9 +286,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             logger.info("sglang_lora: version %d already served as %s; ack", push.version, self.adapters.active.name)
             return {"action": "ack", "name": self.adapters.active.name, "version": push.version,
                     "resident": {"ran": [], **self._resident_state()}}
+        self._staged = None
         ran = await self._write_resident(push) if push.resident and self.resident.disabled is None else None
         if ran is not None:
-            name, action = self.resident.active, "inplace"
+            name, action = self.resident.written, "inplace"
         elif not push.request_fields:  # an in-place push this sync cannot take: the client re-sends with fields
             return {"action": "need_fields", "version": push.version, "resident": self._resident_state()}
         else:
@@ -288,23 +302,47 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                     self._retire_uncertain(name)
                 raise
         verified = await self._verify_load(push, name) if action == "load" else None
-        t_load = time.perf_counter()
+        push.stats.load_ms = round((time.perf_counter() - t0) * 1e3, 2)
+        self._staged = (name, action, push, verified)
+        return {"action": action, "name": name, "version": push.version, "staged": True,
+                "resident": {"ran": ran or [], **self._resident_state()}, "verify": verified}
+
+    async def commit_adapter(self, version: int, failure: str | None = None) -> dict[str, Any]:
+        """Phase two: serve the version staged by :meth:`sync_adapter` (the client read a verified answer), set verl's
+        step and run the canary; with ``failure`` (the client's check failed) the staged version is never served: an
+        in-place write turns the resident path off (the client then loads the version the ordinary way), a load is
+        unloaded."""
+        t0 = time.perf_counter()
+        staged, self._staged = self._staged, None
+        if staged is None or staged[2].version != version:
+            raise RuntimeError(f"sglang_lora: commit of version {version}, but the staged version is "
+                               f"{staged[2].version if staged else None}: nothing is served (the sync's first phase "
+                               "did not run here, e.g. the server restarted in between)")
+        name, action, push, verified = staged
+        if failure is not None:
+            logger.error("sglang_lora: version %d staged as %s is NOT served: %s", version, name, failure)
+            if action == "inplace":
+                self._disable_resident(f"the in-place write of version {version} failed its check: {failure}")
+            else:
+                await self._unload([name])
+            return {"action": "dropped", "name": name, "version": version}
+        if action == "inplace":
+            self.resident.active = name
         self.prefix_tags.set(name, push.version)  # before the switch: requests for it carry the new version's tag
         await self._activate(name, push.version, push.fingerprint, push.canary)
-        if push.resident_failed:
-            await self._drop_slots()
+        if action == "load" and self.resident.disabled is not None and self.resident.created:
+            await self._drop_slots()  # after a fallback: no request is given a slot any more
         await self.set_global_steps(push.global_steps if push.global_steps is not None else push.version)
         stats = push.stats
         stats.inplace = int(action == "inplace")
         stats.load_verified = int(bool(verified and verified["ran"]))
-        stats.load_ms = round((t_load - t0) * 1e3, 2)
-        stats.activate_ms = round((time.perf_counter() - t_load) * 1e3, 2)
-        stats.total_ms = round(stats.total_ms + (time.perf_counter() - t0) * 1e3, 2)
+        stats.activate_ms = round((time.perf_counter() - t0) * 1e3, 2)
+        stats.total_ms = round(stats.total_ms + stats.load_ms + stats.activate_ms, 2)
         self.sync_metrics.record_sync(stats)
         self._warn_if_metrics_unread()
         logger.info("sglang_lora: adapter %s active (version %d, %s) %s", name, push.version, action, stats)
         return {"action": action, "name": name, "version": push.version, "stats": dataclasses.asdict(stats),
-                "resident": {"ran": ran or [], **self._resident_state()}, "verify": verified}
+                "resident": {"ran": [], **self._resident_state()}, "verify": verified}
 
     async def _verify_load(self, push: AdapterPush, name: str) -> dict[str, Any] | None:
         """Run the client's loader ``verify`` of the version just loaded, before its activation. The loader answers
@@ -351,12 +389,11 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 self._disable_resident(f"creating the slots failed: {exc}")
                 await self._drop_slots()
                 return None
-            slots.attached, slots.active = True, RESIDENT_SLOTS[0]  # slot0 holds SGLang's own load of v
+            slots.attached, slots.written = True, RESIDENT_SLOTS[0]  # slot0 holds SGLang's own load of v
             return [(op, slot) for op, slot, _ in attach]
         if "writes" not in push.resident:  # the client's buffer layout changed under attached slots
             self._disable_resident("the adapter's tensor layout changed after the slots were attached")
-            await self._drop_slots()
-            return None
+            return None  # the slots are dropped once the version's ordinary load serves (commit_adapter)
         slot = slots.idle(self.adapters.refs)
         if slot is None:
             logger.warning("sglang_lora: both resident slots are in use by running requests; version %d takes "
@@ -368,11 +405,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             return None
         try:
             await self._loader_call(push.resident["writes"][slot])
-        except SGLangRequestError as exc:  # the idle slot may be half written: never served, dropped
+        except SGLangRequestError as exc:  # the idle slot may be half written: never served
             self._disable_resident(f"the in-place write of version {push.version} failed in SGLang: {exc}")
-            await self._drop_slots()
             return None
-        slots.active = slot
+        slots.written = slot
         return [("write", slot)]
 
     async def _loader_call(self, blobs: list[bytes]) -> None:
@@ -406,12 +442,19 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             self.sync_metrics.resident_fallbacks += 1
 
     async def _drop_slots(self) -> None:
-        """After a fallback the pinned slots only take pool space: unload those SGLang holds (none is served)."""
+        """After a fallback (a versioned load now serves) the slots only take memory: the loader drops each binding
+        (its mirror, the IPC views of the trainer's buffer, the reply channel), then SGLang unloads the slots."""
         if self.resident.created:
+            if self.resident.attached:
+                for slot in RESIDENT_SLOTS:
+                    try:
+                        await self._loader_call(detach_request(slot))
+                    except SGLangRequestError as exc:
+                        logger.warning("sglang_lora: detaching resident slot %s failed: %s", slot, exc)
             self.adapters.permanent.difference_update(RESIDENT_SLOTS)
             await self._unload([s for s in RESIDENT_SLOTS if self._sglang_holds(s) is not False])
             self.resident.created = self.resident.attached = False
-            self.resident.active = None
+            self.resident.active = self.resident.written = None
         await self.weight_session.close(self._sglang_call, quietly=True)
 
     async def _load_adapter_from_disk(self, name: str, path: str, version: int, fingerprint: str,

@@ -24,9 +24,9 @@ from verl_sglang_lora.runtime.cuda_libs import warn_if_cudnn_mismatch
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import sleep_level
 from verl_sglang_lora.runtime.fault_injection import served_config
-from verl_sglang_lora.runtime.resident.requests import (LoaderCall, ResidentRequests, attach_summary,
-                                                         check_load_verify, check_results, verify_for_push,
-                                                         write_targets)
+from verl_sglang_lora.runtime.resident.requests import (LoadVerifyError, LoaderCall, ResidentRequests,
+                                                         attach_summary, check_load_verify, check_results,
+                                                         verify_for_push, write_targets)
 from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base
 from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
@@ -193,14 +193,21 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             verify = with_load_fields()
             result = await self.server_actor.sync_adapter.remote(push)
         failed = self._check_resident(result, calls)
-        if failed:
+        if failed:  # never served: the server drops the staged write, then the version is loaded the ordinary way
             logger.error("sglang_lora: in-place adapter write failed its check (%s); loading version %d the "
                          "ordinary way and turning the resident path off", failed, version)
+            await self.server_actor.commit_adapter.remote(version, failed)
             push.resident, push.resident_failed = None, failed
             verify = with_load_fields()
             result = await self.server_actor.sync_adapter.remote(push)
             self._resident = None
-        check_load_verify(result, verify)
+        if result["action"] != "ack":  # phase two: served only now that the client has read a verified answer
+            try:
+                check_load_verify(result, verify)
+            except LoadVerifyError as exc:
+                await self.server_actor.commit_adapter.remote(version, str(exc))
+                raise
+            result = await self.server_actor.commit_adapter.remote(version)
         logger.info("sglang_lora: adapter sync %s", result)
         return result
 
@@ -210,10 +217,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         if self._resident is None:
             return {}, None
         if inplace:  # the server writes its idle slot: the one it does not serve, when the last sync said which
-            writes = self._resident.writes(version, adapter.checksum, write_targets(self._resident_active))
+            writes = self._resident.writes(version, write_targets(self._resident_active))
             return ({("write", slot): c for slot, c in writes.items()},
                     {"writes": {slot: c.blobs for slot, c in writes.items()}})
-        attach = self._resident.attach(adapter.tensors, version, adapter.flat, adapter.checksum)
+        attach = self._resident.attach(adapter.tensors, version, adapter.flat)
         return ({(c.op, c.slot): c for c in attach},  # slot1's load needs its own serialization of the tensors
                 {"attach": [(c.op, c.slot, c.blobs) for c in attach], "slot_fields": self._request_fields(config, adapter)})
 

@@ -17,18 +17,13 @@ in-place sync, with no sync. (Against back-to-back requests the H200 measured +1
 moves no data on the request path; whether a request in that loop position without a sync is as slow is what the
 control decides.)
 
-Paths: ``inplace`` (the resident write + the loader's verify against the trainer's checksum; requests then carry the
-slot's new version in ``extra_key`` as the plugin's do, so no prefix-cache flush: runtime/sync/prefix_tags.py), ``versioned`` (the plugin's load of a new adapter name from the device buffer through
+Paths: ``inplace`` (the resident write + the loader's byte-exact check against the trainer's buffer; requests then
+carry the slot's new version in ``extra_key`` as the plugin's do, so no prefix-cache flush: runtime/sync/prefix_tags.py),
+``versioned`` (the plugin's load of a new adapter name from the device buffer through
 ``load_lora_adapter_from_tensors``, unload of the previous one), ``disk`` (safetensors + ``load_lora_adapter``), verl
 0.9.1's stock ``ServerAdapter.update_weights`` adapter path (its own code; its ``_engine`` calls forwarded to the same
-tokenizer manager -- its exact error where it fails), and the floors: the copies (device-to-device and pinned
-host-to-device copies of the same bytes) and the loader request (``loader_request_floor``: a ``ping`` sent the way a
-write is sent -- empty header, answer on the reply channel -- which copies nothing: what SGLang's
-``update_weights_from_tensor`` path costs by itself, inside the held weight-update session on SGLang >= 0.5.23).
-Where the loader keeps the answer of SGLang's per-request update check (0.5.23: ``update_check_cache``), the write and
-the floor also run with SGLang's own check switched back in, interleaved (``inplace_sglang_check``,
-``loader_request_floor_sglang_check``). Where the attach captured the write as a CUDA graph
-(``runtime/resident/graphed_write``), the same write also runs with its kernels launched one by one (``inplace_eager``).
+tokenizer manager -- its exact error where it fails), and the copy floors (device-to-device and pinned host-to-device
+copies of the same bytes).
 Correctness: the written slot byte-compared with SGLang's own load of the
 same adapter, and the log-probs served through it against that load's and the base model's; the last versioned and
 disk loads verified in the pool against the tensors they came from (the loader's ``verify``).
@@ -54,10 +49,6 @@ from verl_sglang_lora.sglang_contract.installed import io_struct as sglang_struc
 from verl_sglang_lora.tools.benchmarks import pct
 
 PATHS = ("inplace", "versioned", "disk", "verl_stock")
-UNCACHED_CHECK = "inplace_sglang_check"  # the in-place write with SGLang's own per-request update check in place
-EAGER_WRITE = "inplace_eager"  # the in-place write with the slot's CUDA graph switched off (its kernels one by one)
-GRAPHED_NOTE = "writes: one CUDA graph"  # what an attach's reply says when its write was captured
-FLOOR_SGLANG_CHECK = "loader_request_floor_sglang_check"  # the loader request floor, likewise
 PROMPT_IDS = [(17 * i + 3) % 1000 + 10 for i in range(24)]  # token ids: the checkpoints carry no tokenizer
 
 
@@ -172,7 +163,6 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     from verl_sglang_lora.runtime.resident import LOADER_PATH
     from verl_sglang_lora.runtime.resident.requests import (SLOTS, ResidentRequests, attach_summary, check_results,
                                                              write_targets)
-    from verl_sglang_lora.runtime.resident.update_check_cache import KEPT as UPDATE_CHECK_KEPT
     from verl_sglang_lora.runtime.resident.update_request import send_loader_request
     from verl_sglang_lora.sglang_contract.update_session import HeldSession
     from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
@@ -230,15 +220,11 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     requests = ResidentRequests(torch.device("cuda"))
     for slot in SLOTS:
         load_tensors(slot, pinned=True)
-    attach = requests.attach(flat.tensors, 0, flat.flat, flat.checksum)
+    attach = requests.attach(flat.tensors, 0, flat.flat)
     loader(attach)
     served = {"slot": SLOTS[0]}
-    # where the attach kept SGLang's per-request update check (0.5.23), the write and the floor also run with SGLang's
-    # own check switched back in
     summary = attach_summary(attach)
-    side_by_side = UPDATE_CHECK_KEPT in summary
-    graphed = GRAPHED_NOTE in summary  # and the write as one CUDA graph beside the same write launched eagerly
-    paths = PATHS + ((UNCACHED_CHECK,) if side_by_side else ()) + ((EAGER_WRITE,) if graphed else ())
+    paths = PATHS
     times = {p: PathTimes() for p in paths}
     prev = {"versioned": None, "disk": None}
     try:
@@ -252,12 +238,11 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         flat = collector.collect(iter(versions[i % 2]), names.resolve_lora)
         torch.cuda.synchronize()
 
-    def timed_call(build: Callable[[], Any], into: PathTimes | None, expect_graphed: bool | None = None) -> float:
+    def timed_call(build: Callable[[], Any], into: PathTimes | None) -> float:
         """Build one loader call, send it, check its answer; its phases into ``into`` (None: warm-up): the client's
         build, the round trip split at the loader's entry stamp (same host clock) into the way in, the loader (its
         work, before it reports) and the way back (the report's two small copies and sync, SGLang's answer), and the
-        client's check (reading the answer). ``expect_graphed``: whether the loader must have replayed the slot's CUDA
-        graph (a row must not mix graphed and eager writes)."""
+        client's check (reading the answer)."""
         t0 = time.perf_counter()
         call = build()
         t1, sent_ns = time.perf_counter(), time.time_ns()
@@ -267,37 +252,16 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         t_checked = time.perf_counter()
         if into is not None:
             result = call.result()
-            if expect_graphed is not None and bool(result["graphed"]) != expect_graphed:
-                raise RuntimeError(f"write {'not ' if expect_graphed else ''}replayed as the slot's CUDA graph: "
-                                   f"{result.get('message')!r}")
             round_trip, inbound = (t_back - t1) * 1e3, (result["start_wall_ns"] - sent_ns) / 1e6
             loader_ms = result["total_ns"] / 1e6
             into.phase(build_ms=(t1 - t0) * 1e3, build_sync_ms=call.build_ms["sync"],
                        build_serialize_ms=call.build_ms["serialize"], round_trip_ms=round_trip, inbound_ms=inbound,
                        loader_ms=loader_ms, loader_copy_ms=result["copy_ns"] / 1e6,
                        loader_verify_ms=result["verify_ns"] / 1e6,
-                       outbound_ms=round_trip - inbound - loader_ms, check_ms=(t_checked - t_back) * 1e3,
-                       graphed=result["graphed"])
+                       outbound_ms=round_trip - inbound - loader_ms, check_ms=(t_checked - t_back) * 1e3)
             if "begin_weight_update" in session_calls_ms:  # the held session had to be opened again (should not)
                 into.phase(session_begin_ms=session_calls_ms["begin_weight_update"])
         return (t_checked - t0) * 1e3
-
-    answers = {"update_check": ("SGLang's own", "cached"), "graphed": ("eager", "graphed")}  # (off, on)
-
-    def switch(key: str, on: bool) -> None:  # untimed: the ping switches the loader for the requests after it
-        call = requests.call("ping", served["slot"], on_reply_channel=True, **{key: int(on)})
-        loader([call])
-        state = call.result()["message"].rsplit(": ", 1)[-1]
-        if state != answers[key][on]:  # e.g. the check given back after a revalidation: the rows would lie
-            raise RuntimeError(f"the {key} switch answered {call.result()['message']!r}")
-
-    @contextlib.contextmanager
-    def switched_off(key: str) -> Iterator[None]:  # the body's requests with the loader's lever off, on after
-        switch(key, False)
-        try:
-            yield
-        finally:
-            switch(key, True)
 
     written: dict[str, str] = {}  # the slot each in-place path wrote last (the two alternate)
 
@@ -305,8 +269,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         (slot,) = write_targets(served["slot"])  # the slot not served, as the client picks it
         t0 = time.perf_counter()
         # the idle slot's call only, as the client
-        timed_call(lambda: requests.writes(1000 + i, flat.checksum, (slot,))[slot],
-                   times[path] if i >= warmup else None, (path != EAGER_WRITE) if graphed else None)
+        timed_call(lambda: requests.writes(1000 + i, (slot,))[slot], times[path] if i >= warmup else None)
         written[path] = slot
         bench.tags.set(slot, 1000 + i)  # as the server actor does: no flush, the slot's requests get a new key
         served["slot"] = slot
@@ -340,19 +303,9 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         stock(list(flat.tensors.items()))
         return (time.perf_counter() - t0) * 1e3
 
-    def inplace_sglang_check(i: int) -> float:
-        with switched_off("update_check"):
-            return inplace(i, UNCACHED_CHECK)
-
-    def inplace_eager(i: int) -> float:
-        with switched_off("graphed"):
-            return inplace(i, EAGER_WRITE)
-
     served_name = {"inplace": lambda: served["slot"], "versioned": lambda: prev["versioned"],
-                   "disk": lambda: prev["disk"], "verl_stock": lambda: SGLANG_LORA_NAME,
-                   UNCACHED_CHECK: lambda: served["slot"], EAGER_WRITE: lambda: served["slot"]}
-    fns = {"inplace": inplace, "versioned": versioned, "disk": disk, "verl_stock": verl_stock,
-           UNCACHED_CHECK: inplace_sglang_check, EAGER_WRITE: inplace_eager}
+                   "disk": lambda: prev["disk"], "verl_stock": lambda: SGLANG_LORA_NAME}
+    fns = {"inplace": inplace, "versioned": versioned, "disk": disk, "verl_stock": verl_stock}
     control: list[float] = []
     for i in range(warmup + iters):
         refill(i)
@@ -383,25 +336,9 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         if i >= warmup:
             steady.append((time.perf_counter() - t0) * 1e3)
     control_ms = pct(control, 0.5)
-    request_floor, floor_sglang_check = PathTimes(), PathTimes()
-
-    def ping(into: PathTimes, i: int) -> None:
-        ms = timed_call(lambda: requests.call("ping", served["slot"], on_reply_channel=True),
-                        into if i >= warmup else None)
-        if i >= warmup:
-            into.sync.append(ms)
-
-    def ping_sglang_check(i: int) -> None:
-        with switched_off("update_check"):
-            ping(floor_sglang_check, i)
-
-    for i in range(warmup + iters):
-        guard(request_floor, lambda i=i: ping(request_floor, i))
-        if side_by_side:  # the same ping with SGLang's own check, interleaved
-            guard(floor_sglang_check, lambda i=i: ping_sglang_check(i))
     floors = copy_floors(flat.flat, iters)
     # each in-place path's last slot (both hold the last version) against SGLang's own load of it
-    correct = {path: check_slot(bench, requests, slot, load_tensors, loader) for path, slot in written.items()}
+    correct = {path: check_slot(bench, requests, slot, load_tensors, send) for path, slot in written.items()}
     loads_proven: dict[str, PathTimes] = {}  # the last versioned and disk loads, byte for byte against their tensors
     for path in ("versioned", "disk"):
         if prev[path]:
@@ -423,12 +360,6 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
             row["correct"] = loads_proven[path].error is None
             row["correct_detail"] = loads_proven[path].error or "pool bytes == the tensors sent (op=verify)"
         rows.append(row)
-    request_floors = [("loader_request_floor", request_floor)]
-    if side_by_side:
-        request_floors.append((FLOOR_SGLANG_CHECK, floor_sglang_check))
-    for path, floor in request_floors:
-        rows.append({"rank": rank, "path": path, "bytes": 0, **floor.row(control_ms, 1), "first_request_ms": None,
-                     "first_batch_penalty_ms": None, "GBps": None, "correct": None})
     for path, samples in floors.items():
         p50 = pct(samples, 0.5)
         rows.append({"rank": rank, "path": path, "bytes": nbytes, "n": len(samples), "p50_ms": round(p50, 4),
@@ -518,7 +449,7 @@ def copy_floors(flat: torch.Tensor, iters: int) -> dict[str, list[float]]:
     return {k: v[3:] for k, v in out.items()}
 
 
-def check_slot(bench: EngineBench, requests: Any, slot: str, load_tensors: Callable, loader: Callable) -> dict:
+def check_slot(bench: EngineBench, requests: Any, slot: str, load_tensors: Callable, send: Callable) -> dict:
     """The served slot against SGLang's own load of the same bytes: byte-exact, and the served log-probs (greedy,
     8 tokens: decode steps replay CUDA graphs when they are on) equal to that load's and different from the base."""
     from sglang.srt.managers import io_struct
@@ -528,9 +459,10 @@ def check_slot(bench: EngineBench, requests: Any, slot: str, load_tensors: Calla
     try:
         load_tensors(ref)
         bench.request(ref)  # resident in the pool
-        call = requests.call("compare", slot, ref=ref, fail_on_mismatch=0)
-        loader([call])
-        out["mismatches"] = call.result()["mismatches"]
+        call = requests.call("compare", slot, ref=ref)
+        send([call])  # unchecked: a mismatch is this row's finding, not an exception
+        result = call.result()
+        out["mismatches"] = 0 if result["ok"] else (result["message"].count("\n") + 1)
         bench.engine.flush_cache()
         slot_lp, ref_lp, base_lp = (logprobs(bench.request(n, 8)) for n in (slot, ref, None))
         out["max_abs_diff_vs_own_load"] = max(abs(a - b) for a, b in zip(slot_lp, ref_lp))

@@ -19,8 +19,8 @@ the scheduler's request loop). So:
   into that pair; the caller tells this answer from an older one by its ``seq``. This is the in-place write's form:
   a write then moves no tensor at all, only its header name;
 * an optional uint8 tensor named ``verl_resident.v1|flat`` (``attach``): the trainer's whole flat adapter buffer,
-  of which the adapter tensors are views; the loader builds its read-back mirror from it (``mirror``), and a
-  ``write`` whose header carries the trainer's checksum of that buffer (``sum0``/``sum1``) is verified against it;
+  of which the adapter tensors are views; the loader builds its read-back mirror from it (``mirror``) and verifies
+  every write of the slot against it byte for byte;
 * all other tensors are adapter weights under their PEFT names
   (``base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight``), unsliced, in any order.
 """
@@ -41,16 +41,16 @@ REPLY_STATUS_NAME = f"{PREFIX}|reply_status"
 REPLY_MESSAGE_NAME = f"{PREFIX}|reply_message"
 MAGIC = 0x56534C52  # "VSLR"
 STATUS_LEN = 24
-OPS = ("attach", "write", "compare", "checksum", "detach", "ping", "verify")
+OPS = ("attach", "write", "compare", "detach", "verify")
 
 # status slots
-(MAGIC_I, STATE, ERROR, VERSION, BUFFER_ID, N_COPIES, SRC0, SRC1, DST0, DST1, MISMATCHES, COPY_NS, TOTAL_NS, SEQ,
- VERIFY_NS, SCALING_BITS, LORA_R, VERIFIED_BY, START_WALL_NS, GRAPHED) = range(20)
-# GRAPHED: 1 when the write and its verification ran as the slot's CUDA graph (COPY_NS then covers both)
+(MAGIC_I, STATE, ERROR, VERSION, BUFFER_ID, N_COPIES, MISMATCHES, COPY_NS, TOTAL_NS, SEQ, VERIFY_NS, SCALING_BITS,
+ LORA_R, VERIFIED_BY, START_WALL_NS) = range(15)
 # START_WALL_NS: ``time.time_ns()`` when the loader was entered -- the host's wall clock, the same in every process,
 # so a caller can split its round trip into the way in (SGLang's request path), the loader, and the way back
-# VERIFIED_BY: what SRC is -- the source views as the scheduler sees them, or the checksum the trainer sent
-NOT_VERIFIED, BY_SOURCE, BY_TRAINER_SUM = 0, 1, 2
+# VERIFIED_BY: how the slot was compared -- read back whole against the trainer's buffer (mirror), or block by block
+# against the source views
+NOT_VERIFIED, BY_PAIRS, BY_MIRROR = 0, 1, 2
 PENDING, OK, FAILED = 0, 1, 2
 
 
@@ -84,7 +84,7 @@ ERRORS = {
     ErrorCode.SLOT_MOVED: "slot moved to another pool index since attach",
     ErrorCode.NOT_PINNED: "slot adapter is not pinned",
     ErrorCode.NOT_ATTACHED: "no attached sources for this slot",
-    ErrorCode.MISMATCH: "checksum of the written slot differs from the source",
+    ErrorCode.MISMATCH: "the slot's bytes differ from the trainer's",
     ErrorCode.SLOTS_DIFFER: "slots differ",
 }
 
@@ -209,16 +209,15 @@ def write_message(message: Optional[torch.Tensor], text: str, sync: bool = True)
 
 
 def read_status(status: torch.Tensor) -> dict[str, Any]:
-    """Client side: the status row as a dict (``ok``, ``error``, checksums, timings)."""
+    """Client side: the status row as a dict (``ok``, ``error``, how it was verified, timings)."""
     v = status.view(-1)[:STATUS_LEN].tolist()
     return {
         "magic_ok": v[MAGIC_I] == MAGIC, "state": v[STATE], "ok": v[STATE] == OK, "error": v[ERROR],
         "error_text": ERRORS.get(v[ERROR], "") if v[ERROR] else "", "version": v[VERSION],
-        "buffer_id": v[BUFFER_ID], "copies": v[N_COPIES], "src_checksum": (v[SRC0], v[SRC1]),
-        "dst_checksum": (v[DST0], v[DST1]), "mismatches": v[MISMATCHES], "copy_ns": v[COPY_NS],
+        "buffer_id": v[BUFFER_ID], "copies": v[N_COPIES], "mismatches": v[MISMATCHES], "copy_ns": v[COPY_NS],
         "total_ns": v[TOTAL_NS], "seq": v[SEQ], "verify_ns": v[VERIFY_NS],
         "scaling": bits_to_float(v[SCALING_BITS]) if v[LORA_R] else None, "lora_r": v[LORA_R],
-        "verified_by": v[VERIFIED_BY], "start_wall_ns": v[START_WALL_NS], "graphed": v[GRAPHED],
+        "verified_by": v[VERIFIED_BY], "start_wall_ns": v[START_WALL_NS],
     }
 
 

@@ -4,8 +4,9 @@ Every op gets its own status/message tensor pair on the client's GPU, shared wit
 (``protocol``); the client reads them after the server actor's call returns (the loader synchronizes before SGLang
 answers). ``attach`` carries, once, CUDA-IPC views of the persistent flat adapter buffer and the slot's reply channel
 (the write pair); a ``write`` then carries only its header name on an empty tensor -- no IPC handle to share or
-open -- the loader copies from the attached views and answers on the reply channel, and the client knows the answer
-by its ``seq``.
+open -- the loader copies from the attached views, verifies the slot against the trainer's buffer byte for byte and
+answers on the reply channel; the client knows the answer by its ``seq``. A verified answer is what lets the client
+ask the server actor to serve the slot (two-phase sync).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ class LoaderCall:
     blobs: list[bytes]
     status: torch.Tensor = field(repr=False)
     message: torch.Tensor = field(repr=False)
-    trainer_sum: bool = False  # the header carried the trainer's checksum for the loader to verify against
     seq: int = 0  # the request's number: an answer with another seq is an older one (reply channels are reused)
     build_ms: dict[str, float] = field(default_factory=dict)  # where building it went: stream sync, serialization
 
@@ -94,35 +94,36 @@ class ResidentRequests:
         t1 = time.perf_counter()
         blobs = [MultiprocessingSerializer.serialize(named)]
         t2 = time.perf_counter()
-        return LoaderCall(op, slot, blobs, status, message, "sum0" in fields, self.seq,
+        return LoaderCall(op, slot, blobs, status, message, self.seq,
                           {"sync": (t1 - t0) * 1e3, "serialize": (t2 - t1) * 1e3})
 
-    def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor,
-               checksum: tuple[int, int]) -> list[LoaderCall]:
-        """Both slots bound to the flat buffer's views (``adapter``: views of ``flat``), each with its reply
-        channel; slot1 written by the plan and verified against the trainer's checksum of ``flat``, then compared
-        byte for byte with slot0, which SGLang loaded itself from the same tensors; last, both reply channels asked
-        in the writes' form (empty header): slot1's checksum, which must equal what its attach wrote, and a ping of
-        slot0 -- each channel is proven before a write relies on it."""
-        s0, s1 = checksum
+    def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor) -> list[LoaderCall]:
+        """Both slots bound to the flat buffer's views (``adapter``: views of ``flat``), each with its reply channel;
+        slot1 written by the plan and verified byte for byte against ``flat``, then compared byte for byte with
+        slot0, which SGLang loaded itself from the same tensors (the plan reproduces SGLang's own load)."""
         return [self.call("attach", SLOTS[0], adapter, flat, version=version, write=0),
-                self.call("attach", SLOTS[1], adapter, flat, version=version, write=1, sum0=s0, sum1=s1),
-                self.call("compare", SLOTS[1], ref=SLOTS[0]),
-                self.call("checksum", SLOTS[1], on_reply_channel=True),
-                self.call("ping", SLOTS[0], on_reply_channel=True)]
+                self.call("attach", SLOTS[1], adapter, flat, version=version, write=1),
+                self.call("compare", SLOTS[1], ref=SLOTS[0])]
 
     def verify_load(self, name: str, adapter: dict[str, torch.Tensor]) -> LoaderCall:
         """The loader's ``verify`` of an ordinary load named ``name``: SGLang's pool bytes for it (made resident)
         against ``adapter`` (views of the flat buffer), on this rank's slice."""
         return self.call("verify", name, adapter, pair="loaded_version", allow_unpinned=1)
 
-    def writes(self, version: int, checksum: tuple[int, int], slots: tuple[str, ...] = SLOTS) -> dict[str, LoaderCall]:
-        """An in-place write for each of ``slots``, carrying the trainer's checksum of its flat buffer (the one the
-        loader copies from) for the loader to verify the slot against; the server actor sends the one for its idle
-        slot. Each call costs a stream sync and a small serialization: a client that knows the idle slot builds one."""
-        s0, s1 = checksum
-        return {slot: self.call("write", slot, on_reply_channel=True, version=version, checksum=1, sum0=s0, sum1=s1)
-                for slot in slots}
+    def writes(self, version: int, slots: tuple[str, ...] = SLOTS) -> dict[str, LoaderCall]:
+        """An in-place write for each of ``slots`` (the loader verifies it against the attached buffer); the server
+        actor sends the one for its idle slot. Each call costs a stream sync and a small serialization: a client
+        that knows the idle slot builds one."""
+        return {slot: self.call("write", slot, on_reply_channel=True, version=version) for slot in slots}
+
+
+def detach_request(slot: str) -> list[bytes]:
+    """The loader's ``detach`` of ``slot``, built by the server actor itself: an empty header (no CUDA memory) that
+    is answered on the slot's reply channel, which the detach then frees with the rest of the binding."""
+    from sglang.srt.utils import MultiprocessingSerializer
+
+    empty = torch.empty(0, dtype=torch.int64)
+    return [MultiprocessingSerializer.serialize(P.request_tensors("detach", empty, slot=slot, seq=0))]
 
 
 def write_targets(served: str | None) -> tuple[str, ...]:
@@ -132,28 +133,14 @@ def write_targets(served: str | None) -> tuple[str, ...]:
     return other if len(other) == 1 else SLOTS
 
 
-_warned_unmirrored = False
-
-
-def _warn_unmirrored(call: LoaderCall, result: dict) -> None:
-    """Once per process: the write was not read back into the trainer's layout, so it was checked against the
-    source views the loader read (a stale mapping would not show); the loader's reply says why."""
-    global _warned_unmirrored
-    _warned_unmirrored = True
-    logger.warning("sglang_lora: in-place %s of %s verified against the source views, not the trainer's checksum "
-                   "(verified_by=%s); the loader says: %s", call.op, call.slot, result["verified_by"],
-                   result.get("message") or "(no message)")
-
-
 def attach_summary(calls: list[LoaderCall]) -> str:
     """What the loader said about each attach that ran (its layout, how it verifies, SGLang's update check)."""
     return "; ".join(f"{c.slot}: {c.result().get('message') or '(no message)'}" for c in calls if c.op == "attach")
 
 
 def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str | None:
-    """None when every call the server ran succeeded (checksums equal, no mismatch, the slot served at
-    ``scaling``), else the reason."""
-    written: dict[str, tuple[int, int]] = {}  # slot -> the checksum its attach or write left
+    """None when every call the server ran succeeded (each write verified byte for byte, no mismatch, the slot served
+    at ``scaling``), else the reason."""
     for call in calls:
         r = call.result()
         if not r["magic_ok"] or r["state"] == P.PENDING:
@@ -161,25 +148,18 @@ def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str 
         if call.seq and r["seq"] != call.seq:
             return (f"{call.op} {call.slot}: the loader never answered request {call.seq} (its status holds request "
                     f"{r['seq']}'s answer); the reason is in SGLang's scheduler log ('verl resident loader')")
-        if call.op in ("attach", "write") and r["ok"] and scaling is not None:
+        if not r["ok"]:
+            return f"{call.op} {call.slot}: {r['error_text'] or r['error']}: {r['message']}"
+        if call.op in ("attach", "write") and scaling is not None:
             if r["scaling"] is None:
                 return f"{call.op} {call.slot}: SGLang's scaling for the slot could not be read"
             if not math.isclose(r["scaling"], scaling, rel_tol=1e-9):
                 return (f"{call.op} {call.slot}: SGLang serves the slot at scaling {r['scaling']:.6g} "
                         f"(r={r['lora_r']}), the trainer's scaling is {scaling:.6g}")
-        if not r["ok"]:
-            return f"{call.op} {call.slot}: {r['error_text'] or r['error']}: {r['message']}"
-        if call.trainer_sum and r["verified_by"] != P.BY_TRAINER_SUM and not _warned_unmirrored:
-            _warn_unmirrored(call, r)
-        if call.op == "write" and r["src_checksum"] != r["dst_checksum"]:
-            return f"write {call.slot}: slot checksum {r['dst_checksum']} != source {r['src_checksum']}"
+        if r["copies"] and r["verified_by"] == P.NOT_VERIFIED:
+            return f"{call.op} {call.slot}: the loader wrote the slot without verifying it"
         if call.op == "compare" and r["mismatches"]:
             return f"compare {call.slot}: {r['mismatches']} buffers differ from SGLang's own load: {r['message'][:300]}"
-        if call.op in ("attach", "write") and r["copies"]:
-            written[call.slot] = r["dst_checksum"]
-        if call.op == "checksum" and call.slot in written and r["dst_checksum"] != written[call.slot]:
-            return (f"checksum {call.slot}: the slot reads {r['dst_checksum']} on the reply channel, its write left "
-                    f"{written[call.slot]}")
     return None
 
 

@@ -18,6 +18,7 @@ class ResidentSlots:
     created: bool = False  # both slots loaded (pinned) in this SGLang launch
     attached: bool = False  # the loader holds the client's flat-buffer views for both slots
     active: str | None = None  # the slot new requests name
+    written: str | None = None  # the slot the last write (or the attach) filled: served only once committed
     disabled: str | None = None  # why the in-place path is off for the rest of this launch
 
     def idle(self, refs: dict[str, int]) -> str | None:

@@ -20,7 +20,6 @@ from typing import Callable, Iterable
 
 import torch
 
-from verl_sglang_lora.runtime.resident.mirror import flat_checksum
 from verl_sglang_lora.runtime.sync.device import to_device_owned
 from verl_sglang_lora.sglang_contract.weight_names import check_lora_pairs, lora_module_path
 
@@ -45,8 +44,7 @@ class FlatAdapter:
     flat: torch.Tensor  # uint8, 1-D
     entries: list[FlatEntry]
     tensors: dict[str, torch.Tensor]
-    fingerprint: str
-    checksum: tuple[int, int]  # flat_checksum of ``flat`` when collected
+    fingerprint: str  # the layout's identity: with the version, what makes a re-push an exact repeat
 
     @property
     def nbytes(self) -> int:
@@ -110,7 +108,7 @@ class AdapterCollector:
         if pending or set(seen) != set(by_slot):
             self._relayout(seen)
         tensors = {e.name: view(self.flat, e) for e in self.entries}
-        return FlatAdapter(self.flat, list(self.entries), tensors, *fingerprint(self.entries, self.flat))
+        return FlatAdapter(self.flat, list(self.entries), tensors, fingerprint(self.entries))
 
     def _relayout(self, seen: dict[str, torch.Tensor | None]) -> None:
         """A new buffer for this stream: tensors already copied into the old one are carried over."""
@@ -119,7 +117,7 @@ class AdapterCollector:
         entries = plan_layout((n, tuple(t.shape), t.dtype) for n, t in sources.items())
         size = entries[-1].offset + entries[-1].nbytes
         device = self.device if self.device is not None else next(iter(sources.values())).device
-        flat = torch.zeros(size, dtype=torch.uint8, device=device)  # padding stays zero: checksums cover the buffer
+        flat = torch.zeros(size, dtype=torch.uint8, device=device)  # padding stays zero: the loader compares it too
         for e in entries:
             view(flat, e).copy_(sources[e.name])
         if self.layouts_built:
@@ -129,13 +127,10 @@ class AdapterCollector:
         self.layouts_built += 1
 
 
-def fingerprint(entries: list[FlatEntry], flat: torch.Tensor) -> tuple[str, tuple[int, int]]:
-    """The adapter's identity: its layout (names, shapes, dtypes, offsets) and the exact checksum of the buffer's
-    bytes (``flat_checksum``: one pass, one device sync). The checksum is returned too: the resident path sends it
-    to the loader, which verifies the written slot against it."""
-    checksum = flat_checksum(flat)
+def fingerprint(entries: list[FlatEntry]) -> str:
+    """The adapter layout's identity (names, shapes, dtypes, offsets). A version is one trainer step's adapter, so
+    (version, layout) identifies a push; its bytes are checked where they land (the loader compares them exactly)."""
     h = hashlib.sha256()
     for e in entries:
         h.update(f"{e.name}|{e.shape}|{e.dtype}|{e.offset}\n".encode())
-    h.update(f"{checksum[0]}|{checksum[1]}".encode())
-    return h.hexdigest()[:16], checksum
+    return h.hexdigest()[:16]

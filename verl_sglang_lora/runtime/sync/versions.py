@@ -47,6 +47,14 @@ class AdapterVersions:
                 self.refs[lease.name] = self.refs.get(lease.name, 0) + 1
             return lease
 
+    def acquire_named(self, name: str) -> Lease:
+        """Pin ``name`` for one request that chose it itself (a slot, a pinned evaluation adapter): a resident slot a
+        request reads is then never the one written next."""
+        with self._lock:
+            self.refs[name] = self.refs.get(name, 0) + 1
+            active = self.active
+            return Lease(name, active.version if active is not None and active.name == name else -1)
+
     def release(self, lease: Lease | None) -> list[str]:
         """Unpin; returns stale names that are now unreferenced and should be unloaded."""
         if lease is None:

@@ -1,6 +1,6 @@
 """Check the resident plan against the SGLang on ``sys.path``, on CPU, with SGLang's real LoRA objects.
 
-    python -m verl_sglang_lora.runtime.resident.selfcheck [--tp 1,2] [--ranks 8,16] [--max-rank 16]
+    python -m tests.resident_selfcheck [--tp 1,2] [--ranks 8,16] [--max-rank 16]
 
 prints one JSON line. Per TP size, TP rank and adapter rank it builds SGLang's real ``LoRAManager`` (real
 ``LoRAMemoryPool``, real LoRA layer wrappers around real ``QKVParallelLinear`` / ``MergedColumnParallelLinear``
@@ -235,13 +235,12 @@ def _wrong(layout: Any, kind: str) -> Any:
 
 def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
     """Plan vs SGLang's load for one (TP size, TP rank, adapter rank); wrong plans; the loader end to end."""
-    from . import protocol as P
-    from .execute import pair_checksums, run_copies
-    from .mirror import flat_checksum
-    from .loader import apply
-    from .plan import bind
-    from .trace import trace_layout
-    from .verify import compare_slots, reference_write
+    from verl_sglang_lora.runtime.resident import protocol as P
+    from verl_sglang_lora.runtime.resident.execute import differing_pairs, run_copies
+    from verl_sglang_lora.runtime.resident.loader import apply
+    from verl_sglang_lora.runtime.resident.plan import bind
+    from verl_sglang_lora.runtime.resident.trace import trace_layout
+    from verl_sglang_lora.runtime.resident.verify import compare_slots, reference_write
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {}
@@ -274,8 +273,7 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
         run_copies(pairs)
         mismatches = compare_slots(pool, slot, ref)
         out["plan_mismatches"] = [str(m) for m in mismatches]
-        src_sum, dst_sum = pair_checksums(pairs)
-        out["checksum_equal"] = src_sum == dst_sum
+        out["pairs_differing"] = differing_pairs(pairs)
 
         for kind in ("swapped_kv", "missing_layer"):
             reference_write(manager, slot_uid, old, slot)  # slot back to the old adapter
@@ -286,29 +284,19 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
         # the loader entry point, end to end, on the model SGLang would hand it
         reference_write(manager, slot_uid, old, slot)
         status, message = P.new_status(), P.new_message()
+        reply = (P.new_status(), P.new_message())
         flat, persistent = flat_copy(new)  # stands in for the trainer's flat buffer and its views
-        s0, s1 = flat_checksum(flat)
-        apply(manager.base_model, P.request_tensors("attach", status, persistent, message, flat, slot="verl_lora_slot0",
-                                                    version=1, write=1, seq=7, sum0=s0, sum1=s1))
+        apply(manager.base_model, P.request_tensors("attach", status, persistent, message, flat, reply,
+                                                    slot="verl_lora_slot0", version=1, write=1, seq=7))
         out["attach_status"] = P.read_status(status)
         out["attach_message"] = P.read_message(message)
         newer = peft_adapter(rank, seed=3)
         for k, v in newer.items():  # the trainer writes the next version in place
             persistent[k].copy_(v)
         reference_write(manager, ref_uid, newer, ref)
-        s0, s1 = flat_checksum(flat)
-        apply(manager.base_model, P.request_tensors("write", status, None, message, slot="verl_lora_slot0",
-                                                    version=2, seq=8, sum0=s0, sum1=s1))
-        out["write_status"] = P.read_status(status)
-        # an empty header for a slot whose attach handed over no reply channel: not run (nobody would hear it)
-        apply(manager.base_model, P.request_tensors("write", torch.empty(0, dtype=torch.int64), slot="verl_lora_slot0",
-                                                    version=99, seq=30, checksum=1, sum0=s0 + 1, sum1=s1))
-        apply(manager.base_model, P.request_tensors("checksum", status, None, message, slot="verl_lora_slot0", seq=31))
-        out["no_channel_then_checksum_status"] = P.read_status(status)
-        # a trainer checksum the slot cannot match (e.g. the buffer changed after the checksum): error 12
-        apply(manager.base_model, P.request_tensors("write", status, None, message, slot="verl_lora_slot0",
-                                                    version=2, seq=9, sum0=s0 + 1, sum1=s1))
-        out["stale_sum_status"] = P.read_status(status)
+        empty = torch.empty(0, dtype=torch.int64)  # a write's header: answered on the slot's reply channel
+        apply(manager.base_model, P.request_tensors("write", empty, slot="verl_lora_slot0", version=2, seq=8))
+        out["write_status"] = P.read_status(reply[0])
         apply(manager.base_model, P.request_tensors("compare", status, None, message, slot="verl_lora_slot0",
                                                     ref="reference"))
         out["compare_status"] = P.read_status(status)
@@ -327,103 +315,13 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
         out["unpinned_status"] = P.read_status(status)
         out["unpinned_message"] = P.read_message(message)
         apply(manager.base_model, [("not_a_header", status)])  # must only log
-        # the reply channel: an attach hands over a status/message pair; a write with an empty header (no tensor
-        # crosses) answers there, under its own seq; without the channel (slot detached) nothing is answered
-        reply = (P.new_status(), P.new_message())
-        apply(manager.base_model, P.request_tensors("attach", status, persistent, message, flat, reply,
-                                                    slot="verl_lora_slot0", version=4, write=0, seq=10))
-        out["reply_attach_status"] = P.read_status(status)
-        for k, v in peft_adapter(rank, seed=4).items():
-            persistent[k].copy_(v)
-        s0, s1 = flat_checksum(flat)
-        empty = torch.empty(0, dtype=torch.int64)
-        apply(manager.base_model, P.request_tensors("write", empty, slot="verl_lora_slot0", version=5, seq=11,
-                                                    checksum=1, sum0=s0, sum1=s1))
-        out["reply_write_status"] = P.read_status(reply[0])
-        apply(manager.base_model, P.request_tensors("checksum", empty, slot="verl_lora_slot0", seq=20))
-        out["reply_checksum_status"] = P.read_status(reply[0])
-        apply(manager.base_model, P.request_tensors("ping", empty, slot="verl_lora_slot0", seq=21))
-        out["reply_ping_status"] = P.read_status(reply[0])
-        out["reply_ping_message"] = P.read_message(reply[1])
-        apply(manager.base_model, P.request_tensors("write", empty, slot="verl_lora_slot0", version=6, seq=12,
-                                                    checksum=1, sum0=s0 + 1, sum1=s1))
-        out["reply_stale_sum_status"] = P.read_status(reply[0])
-        out["reply_stale_sum_message"] = P.read_message(reply[1])
+        # detach frees the binding and its reply channel: a later write is not run (nobody would hear it)
         apply(manager.base_model, P.request_tensors("detach", status, None, message, slot="verl_lora_slot0", seq=13))
+        out["detach_status"] = P.read_status(status)
         apply(manager.base_model, P.request_tensors("write", empty, slot="verl_lora_slot0", version=7, seq=14))
         out["reply_after_detach_status"] = P.read_status(reply[0])
     out["secs"] = round(time.perf_counter() - t0, 2)
     return out
-
-
-def update_weights_from_tensor(check: Callable[..., Any], model: Any, load_format: Any) -> Any:
-    """Named and shaped as SGLang's caller: the cached check reads ``load_format`` off its caller's frame."""
-    return check(model)
-
-
-def update_check_facts(calls: int = 300) -> dict:
-    """SGLang's per-request derived-weight-cache check (0.5.23) against the loader's cached stand-in: SGLang's real
-    caller reaches it by module global; same answers on a Qwen3-shaped module tree, one walk per REVALIDATE_EVERY
-    loader writes and one per other update; a changed answer caught and SGLang's function put back. Run after the
-    cases, so the loader's attach has installed it, as in a scheduler."""
-    from . import LOADER_PATH
-    from . import update_check_cache as U
-
-    out: dict[str, Any] = {"installed_by_attach": U.installed() is not None}
-    cached = U.installed()
-    if cached is None:
-        out["install"] = U.install()
-        return out
-    original, module = cached.original, cached.module
-    callers = [name for name, fn in vars(module.WeightUpdater).items()
-               if U.TARGET in getattr(getattr(fn, "__code__", None), "co_names", ())]
-    caller = getattr(module.WeightUpdater, U.CALLER).__code__
-    out.update(sglang_callers=sorted(callers),
-               caller_has_load_format="load_format" in caller.co_varnames[:caller.co_argcount])
-    with release_scope(1, 0, 16, 3):  # 14 stand-ins of 2 decoder layers: Qwen3-0.6B's 28
-        tree = torch.nn.Sequential(*[stand_in_model(1, 0) for _ in range(14)])
-    walks = {"n": 0}
-
-    def counted(model: Any = None) -> Any:
-        walks["n"] += model is not None
-        return original(model)
-
-    t0 = time.perf_counter()
-    want = original(tree)
-    out["sglang_check_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
-    probe = U.CachedCheck(counted, module)
-    t0 = time.perf_counter()
-    got = [update_weights_from_tensor(probe, tree, LOADER_PATH) for _ in range(calls)]
-    out["cached_check_ms"] = round((time.perf_counter() - t0) * 1e3 / calls, 4)
-    out.update(modules=sum(1 for _ in tree.modules()), answer=want, same_answers=all(g == want for g in got),
-               loader_walks=walks["n"], calls=calls)
-    walks["n"] = 0
-    other = [update_weights_from_tensor(probe, tree, None) for _ in range(3)]  # e.g. a base-weight update
-    update_weights_from_tensor(probe, tree, LOADER_PATH)
-    out["other_walks"] = walks["n"]  # 3 for the other updates, 1 for the loader write after them (kept answer dropped)
-    out["other_answers"] = sorted(set(map(str, other)))
-    tree[3].model.layers[0]._derived_weight_cache_error = "a derived cache appeared"  # what a revalidation must catch
-    setattr(module, U.TARGET, probe)
-    late = [update_weights_from_tensor(probe, tree, LOADER_PATH) for _ in range(U.REVALIDATE_EVERY)]
-    out.update(late_answers=sorted(set(map(str, late))), stale=probe.stale,
-               given_back=getattr(module, U.TARGET) is counted)
-    setattr(module, U.TARGET, cached)
-    out["ping_switch"] = [_ping_update_check(mode) for mode in (0, 1)]  # the benchmark's switch, through the loader
-    out["install"] = U.install()
-    return out
-
-
-def _ping_update_check(mode: int) -> dict:
-    """A ping through the loader's entry point with ``update_check=mode``: its answer and the check in place after."""
-    from . import protocol as P
-    from . import update_check_cache as U
-    from .loader import apply
-
-    status, message = P.new_status(), P.new_message(512)
-    apply(None, P.request_tensors("ping", status, None, message, slot="verl_lora_slot0", seq=30 + mode,
-                                  update_check=mode))
-    return {"ok": P.read_status(status)["ok"], "message": P.read_message(message),
-            "cached_in_place": U.installed() is not None}
 
 
 def run(tp_sizes: list[int], ranks: list[int], max_rank: int) -> dict:
@@ -441,10 +339,6 @@ def run(tp_sizes: list[int], ranks: list[int], max_rank: int) -> dict:
 
                     result["cases"][key] = {"error": f"{type(exc).__name__}: {exc}",
                                             "traceback": traceback.format_exc(limit=-8)}
-    try:
-        result["update_check"] = update_check_facts()
-    except Exception as exc:  # noqa: BLE001 - reported, the cases stand
-        result["update_check"] = {"error": f"{type(exc).__name__}: {exc}"}
     return result
 
 
