@@ -275,7 +275,8 @@ def start_probe_server(model_path: str, snapshot_dir: str, *extra: str) -> tuple
 
 def push_down_proj_version(server: Any, version: int) -> dict:
     """One adapter sync of a one-module (layer 0 down_proj, r 8) adapter whose lora_A is filled with the version
-    number, as a versioned tensor load; the server actor's reply."""
+    number, as a versioned tensor load, committed as the sync client commits it (no loader verify here); the server
+    actor's reply to the commit (the first phase's where it was not staged: an ack)."""
     import ray
     import torch
 
@@ -288,8 +289,9 @@ def push_down_proj_version(server: Any, version: int) -> dict:
     tensors = {f"{prefix}.lora_A.weight": torch.full((8, 128), float(version)),
                f"{prefix}.lora_B.weight": torch.zeros(64, 8)}
     fields = lora_request_fields(config, tensors, tp_size=2)
-    return ray.get(server.sync_adapter.remote(AdapterPush(version, f"fp{version}", version, fields,
-                                                          SyncStats(version=version))))
+    staged = ray.get(server.sync_adapter.remote(AdapterPush(version, f"fp{version}", version, fields,
+                                                            SyncStats(version=version))))
+    return ray.get(server.commit_adapter.remote(version)) if staged.get("staged") else staged
 
 
 def run_probe_script(script: str, *args: str, extra_env: dict[str, str] | None = None) -> dict:

@@ -656,8 +656,8 @@ def test_a_slot_served_at_another_scaling_fails_the_clients_check() -> None:
     from verl_sglang_lora.runtime.resident.requests import LoaderCall, check_results
 
     status, message = P.new_status(), P.new_message(64)
-    P.write_status(status, {P.STATE: P.OK, P.SCALING_BITS: P.float_to_bits(0.5), P.LORA_R: 16,
-                            P.SRC0: 1, P.SRC1: 2, P.DST0: 1, P.DST1: 2})
+    P.write_status(status, {P.STATE: P.OK, P.SCALING_BITS: P.float_to_bits(0.5), P.LORA_R: 16, P.N_COPIES: 4,
+                            P.VERIFIED_BY: P.BY_MIRROR})
     call = LoaderCall("write", "verl_lora_slot1", [], status, message)
     assert check_results([call], 0.5) is None
     failed = check_results([call], 2.0)

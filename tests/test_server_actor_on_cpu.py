@@ -42,7 +42,9 @@ fields = lora_request_fields({"r": 8, "lora_alpha": 16, "target_modules": ["down
                              tp_size=2)
 push = AdapterPush(3, "fp3", 3, fields, SyncStats(version=3, bytes=2048, total_ms=5.0),
                    {"zero": True, "effect_bound": 0.0, "min_delta": 0.0})
-out["plan"] = ray.get(srv.sync_adapter.remote(push))
+out["staged"] = ray.get(srv.sync_adapter.remote(push))
+out["served_while_staged"] = ray.get(srv.adapter_status.remote())["active_name"]
+out["plan"] = ray.get(srv.commit_adapter.remote(3))
 out["again"] = ray.get(srv.sync_adapter.remote(push))  # an exact re-push is acknowledged, not loaded again
 out["calls_while_released"] = ray.get(srv.calls.remote())
 out["resumed_weights"] = ray.get(srv.resume_memory.remote(["weights"]))
@@ -89,6 +91,7 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     assert launch["enable_lora"] is True and launch["max_lora_rank"] == 8 and launch["lora_target_modules"] == ["all"]
     assert {k: v for k, v in relaunch.items() if k != "load_format"} == {k: v for k, v in launch.items() if k != "load_format"}
 
+    assert out["staged"]["staged"] is True and out["served_while_staged"] is None  # served only at the commit
     assert {k: out["plan"][k] for k in ("action", "name", "version")} == {"action": "load", "name": "verl_lora_v3",
                                                                            "version": 3}
     assert out["plan"]["stats"]["bytes"] == 2048 and out["plan"]["stats"]["load_ms"] >= 0

@@ -30,19 +30,7 @@ benchmarks() {
     timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.tools.benchmarks ${BENCH_ARGS:---shape qwen3-0.6b --shape qwen3-8b} \
         --json "$LOGDIR/bench.json" > "$LOGDIR/bench.log" 2>&1; tail -30 "$LOGDIR/bench.log"
 }
-resident_checks() {
-    for shape in ${RESIDENT_SHAPES:-qwen3-0.6b qwen3-8b}; do
-        python3 -c "from pathlib import Path; from verl_sglang_lora.tools.benchmarks import write_checkpoint; write_checkpoint('$shape', Path('/tmp/ckpt_$shape'), live=True)" \
-            > "$LOGDIR/ckpt_$shape.log" 2>&1
-        # the plugin's transport (in-process tokenizer manager, no HTTP) with CUDA graphs on, as in a rollout
-        timeout "$STEP_TIMEOUT" python3 scripts/device/resident_check.py --model "/tmp/ckpt_$shape" --rank "${RESIDENT_RANK:-32}" \
-            --iters 30 --transport "${RESIDENT_TRANSPORT:-engine}" --cuda-graph --out "$LOGDIR/resident_$shape.json" \
-            --server-arg=--attention-backend --server-arg=triton --server-arg=--sampling-backend --server-arg=pytorch \
-            --server-arg="$CG_FLAG" --server-arg=8 > "$LOGDIR/resident_$shape.log" 2>&1
-        grep -v "^  " "$LOGDIR/resident_$shape.log" | tail -20
-    done
-}
-matrix() {  # issue 16 item 4: every path, ranks 8/32/128, both shapes, one engine per shape and rank (tools/sync_matrix.py)
+matrix() {  # every path, ranks 8/32/128, both shapes, one engine per shape and rank (tools/sync_matrix.py)
     timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.benchmarks ${MATRIX_ARGS:---shape qwen3-0.6b --shape qwen3-8b} \
         --iters "${MATRIX_ITERS:-30}" --engine-arg attention_backend=triton --engine-arg sampling_backend=pytorch \
         --engine-arg "${CG_FLAG#--}=8" --json "$LOGDIR/matrix.json" > "$LOGDIR/matrix.log" 2>&1
@@ -60,7 +48,7 @@ step() {
     7) run 480 env STEPS="${KILL_STEPS:-6}" KILL_AFTER_VERSION="${KILL_AFTER_VERSION:-3}" bash scripts/device/kill_recover.sh ;;
     8) if [ -d "${MCORE_DIR:-/tmp/mcore}" ]; then run 480 bash scripts/device/megatron_stack.sh run
        else echo "== step 8 skipped: no Megatron wheels in ${MCORE_DIR:-/tmp/mcore} (docs/megatron_gpu.md)"; fi ;;
-    9) run 540 resident_checks ;;
+    9) echo "== step 9: the in-place write is measured by step 12 (the sync matrix)" ;;
     10) run 575 env STEPS="${FAULT_STEPS:-12}" bash scripts/device/faults.sh ;;
     11) run 575 env STEPS="${SOAK_STEPS:-50}" bash scripts/device/soak.sh ;;
     12) run 575 matrix ;;

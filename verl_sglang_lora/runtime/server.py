@@ -30,13 +30,14 @@ from verl_sglang_lora.runtime.memory import KV_CACHE, MemoryTagLedger
 from verl_sglang_lora.runtime.fault_injection import before_unload  # test-only hook, inert unless its env var is set
 from verl_sglang_lora.runtime.recovery import RestartRecovery, ray_restart_options
 from verl_sglang_lora.runtime.settings import PluginSettings
+from verl_sglang_lora.runtime.watchdog import SchedulerHung, call_watched
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError, request_outcome
 from verl_sglang_lora.runtime.resident import LOADER_PATH
 from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS, detach_request
 from verl_sglang_lora.runtime.resident.slots import ResidentSlots
 from verl_sglang_lora.runtime.resident.update_request import send_loader_request
-from verl_sglang_lora.runtime.resident.support import resident_enabled, session_unsafe_base
+from verl_sglang_lora.runtime.resident.support import mirror_bytes, resident_enabled, session_unsafe_base
 from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_session
 from verl_sglang_lora.sglang_contract.update_session import HeldSession
 from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_REQUEST_CLASS
@@ -97,6 +98,14 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         # the in-place writes' weight-update session (SGLang >= 0.5.23), held across writes
         self.weight_session = HeldSession(self.resident_on and weight_update_session())
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on)
+        # the resident slots' read-back mirrors live in SGLang's process beside its KV cache: kept free at launch
+        mirror = mirror_bytes(getattr(self.model_config, "hf_config", None) or {}, self.lora.rank,
+                              self.lora.target_modules) if self.resident_on else None
+        self.resident_reserve = 2 * (mirror or 0)
+        if self.resident_on:
+            logger.warning("sglang_lora: resident in-place sync on: 2 slots, each verified through a read-back "
+                           "mirror of %s in SGLang's process", f"{mirror / 2**20:.1f} MiB" if mirror else
+                           "the adapter's size (not computable from this model's config)")
         self._raw_generate_request = None
         self.prefix_tags = PrefixTags()
         self._warned_no_adapter = False
@@ -125,7 +134,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         module = sys.modules[_verl_server.SGLangHttpServer.__module__]
         original = module.ServerArgs
         module.ServerArgs = wrap_server_args(original, self.lora_args, from_checkpoint, await replica_launch_overrides(
-            self.config, self.model_config, self.replica_rank, self.node_rank))  # topology: group overrides
+            self.config, self.model_config, self.replica_rank, self.node_rank),  # topology: group overrides
+            reserve_bytes=self.resident_reserve)
         try:
             result = await super().launch_server(*args, **kwargs)
         finally:
@@ -476,13 +486,19 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
 
     async def _sglang_call(self, method: str, request: Any) -> Any:
         """One adapter request through the tokenizer manager this actor owns; SGLang's refusal raises with its
-        message, and a call that does not return within ``http_timeout_s`` is an error, never a hang."""
-        timeout = self.settings.http_timeout_s
+        message; a call that does not return within ``http_timeout_s``, or whose scheduler answers no health probe
+        within ``health_timeout_s`` meanwhile (``runtime/watchdog``), is an error, never a hang."""
+        tm, timeout = self.tokenizer_manager, self.settings.http_timeout_s
+        probe = getattr(tm, "get_internal_state", None)
         try:
-            result = await asyncio.wait_for(getattr(self.tokenizer_manager, method)(request, None), timeout)
+            result = await call_watched(getattr(tm, method)(request, None), probe, timeout,
+                                        self.settings.health_timeout_s / 2, self.settings.health_timeout_s)
         except asyncio.TimeoutError:
             raise SGLangRequestError(method, None, f"no answer within {timeout:g} s "
                                      "(engine_kwargs.sglang_lora.http_timeout_s); is SGLang's scheduler alive?") from None
+        except SchedulerHung as exc:
+            raise SGLangRequestError(method, None, f"{exc} (engine_kwargs.sglang_lora.health_timeout_s): the "
+                                     "scheduler is hung or dead; see its log") from None
         except Exception as exc:  # an assert or error inside SGLang's handler: keep its text
             raise SGLangRequestError(method, None, f"{type(exc).__name__}: {exc}") from exc
         success, message = request_outcome(result)

@@ -27,6 +27,9 @@ class PluginSettings:
     """Send sha256 per tensor where SGLang verifies them (>=0.5.18); costs a device->host copy."""
     http_timeout_s: float = 300.0
     """Longest wait for one SGLang request (an adapter load in the server actor, an HTTP call of the tools)."""
+    health_timeout_s: float = 30.0
+    """While an adapter call to SGLang is pending, its scheduler is asked for its state every half of this; no answer
+    within it fails the call (a hung scheduler surfaces in under a minute, not at http_timeout_s)."""
     http_max_attempts: int = 3
     """Attempts for retryable failures (connection refused/reset, timeouts, 502/503/504); 4xx fail at once."""
     server_max_restarts: int = 0
@@ -73,6 +76,10 @@ class PluginSettings:
     def __post_init__(self) -> None:
         if self.http_timeout_s <= 0:
             raise ValueError(f"{SETTINGS_PATH}.http_timeout_s must be > 0 seconds, got {self.http_timeout_s}")
+        if self.health_timeout_s <= 0:
+            raise ValueError(f"{SETTINGS_PATH}.health_timeout_s must be > 0 seconds, got {self.health_timeout_s}")
+        if self.served_effect_noise_floor < 0:
+            raise ValueError(f"{SETTINGS_PATH}.served_effect_noise_floor must be >= 0, got {self.served_effect_noise_floor}")
         if self.resident not in ("auto", "on", "off"):
             raise ValueError(f"{SETTINGS_PATH}.resident must be auto, on or off, got {self.resident!r}")
         if self.canary_min_delta < 0:

@@ -104,8 +104,14 @@ def hf_leaves(target_modules: Any) -> list[str] | None:
 def adapter_target_problems(target_modules: Any, setting: str = TARGET_MODULES_SETTING) -> list[str]:
     """Targets no adapter sync can serve, each named with ``setting`` and the fix (adapter mode only: the merged
     sync sends whole weights, where peft has already folded an embedding or output-head LoRA in)."""
-    if target_modules is None or isinstance(target_modules, str):
-        return []  # all-linear (never the embeddings or the head) or a regex string, refused by hf_leaves
+    if target_modules is None:
+        return []
+    if isinstance(target_modules, str):  # all-linear (never the embeddings or the head), or a regex
+        try:
+            hf_leaves(target_modules)
+        except LoRAConfigError as exc:
+            return [str(exc).replace(TARGET_MODULES_SETTING, setting)]
+        return []
     try:
         names = [str(n) for n in target_modules]
     except TypeError:

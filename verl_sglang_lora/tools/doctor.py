@@ -780,6 +780,20 @@ class Doctor:
             scope = "all -> SGLang expands per backend; " if targets == ["all"] else ""
             example = f"; base names resolve, e.g. {examples[0]}" if examples else ""
             self.add("target modules", OK, f"{scope}in the checkpoint: {found}{example}")
+        self.check_resident_memory(hf, plan)
+
+    def check_resident_memory(self, hf: dict, plan: Any) -> None:
+        """What the in-place path adds to SGLang's process beyond its KV cache (the launch lowers
+        mem_fraction_static by as much): the two slots' read-back mirrors."""
+        from verl_sglang_lora.runtime.resident.support import mirror_bytes
+
+        size = mirror_bytes(hf, plan.rank, plan.target_modules)
+        if size is None:
+            self.add("resident memory", WARN, "the read-back mirror's size cannot be read from this config.json",
+                     "expect 2x the adapter's bytes in SGLang's process with the in-place sync")
+            return
+        self.add("resident memory", OK, f"in-place sync (TP 1): 2 read-back mirrors of {size / 2**20:.1f} MiB in "
+                 f"SGLang's process; the launch lowers mem_fraction_static by {2 * size / 2**20:.1f} MiB of the GPU")
 
     def check_memory(self, plan: Any, cfg: Any) -> None:
         from verl_sglang_lora.runtime.memory import release_plan, sleep_level

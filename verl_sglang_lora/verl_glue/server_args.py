@@ -61,19 +61,34 @@ def checkpoint_weights(args: dict[str, Any]) -> dict[str, Any]:
     return {**args, "load_format": "auto"}
 
 
+def reserve_memory(args: dict[str, Any], reserve_bytes: int, total_bytes: int) -> dict[str, Any]:
+    """``args`` with ``mem_fraction_static`` lowered by ``reserve_bytes`` of the GPU's ``total_bytes``: memory the
+    plugin allocates in SGLang's process after SGLang sized its KV cache (the resident slots' read-back mirrors)."""
+    fraction = args.get("mem_fraction_static")
+    if not reserve_bytes or not fraction or not total_bytes:
+        return args
+    lowered = round(float(fraction) - reserve_bytes / total_bytes, 4)
+    logger.warning("sglang_lora: mem_fraction_static %s -> %s: %.1f MiB kept free for the resident slots' read-back "
+                   "mirrors", fraction, lowered, reserve_bytes / 2**20)
+    return {**args, "mem_fraction_static": lowered}
+
+
 def wrap_server_args(
     original: type, lora_args: dict[str, Any], from_checkpoint: bool = False,
-    overrides: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None, reserve_bytes: int = 0,
 ) -> Callable[..., Any]:
     """A drop-in for ``ServerArgs`` (``dataclasses.fields()`` still works on it) that applies, in this order, the
     topology group's ``overrides`` (:func:`apply_overrides`), with ``from_checkpoint`` :func:`checkpoint_weights`
-    (a relaunch must read the checkpoint whatever ``load_format`` said), and ``lora_args``."""
+    (a relaunch must read the checkpoint whatever ``load_format`` said), ``lora_args``, and ``reserve_bytes`` taken
+    off ``mem_fraction_static`` (:func:`reserve_memory`)."""
     # a dataclass up to SGLang 0.5.18, a msgspec struct from 0.5.23 on
     declared = set(getattr(original, "__dataclass_fields__", None) or getattr(original, "__struct_fields__", ()))
 
     def make(**args: Any) -> Any:
         merged = apply_overrides(args, overrides, declared) if overrides else args
         final = apply_lora_args(checkpoint_weights(merged) if from_checkpoint else merged, lora_args, declared)
+        if reserve_bytes:
+            final = reserve_memory(final, reserve_bytes, _gpu_total_bytes())
         if overrides:
             logger.warning("sglang_lora: launching SGLang with topology overrides %s (verl had %s)",
                            {k: final.get(k) for k in overrides}, {k: args.get(k) for k in overrides if k in args})
@@ -94,6 +109,15 @@ def wrap_server_args(
         ).__dataclass_fields__
     make.__wrapped__ = original  # type: ignore[attr-defined]
     return make
+
+
+def _gpu_total_bytes() -> int:
+    try:
+        import torch
+
+        return int(torch.cuda.mem_get_info()[1]) if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - no GPU visible here: SGLang's own fraction stands, the launch log says so
+        return 0
 
 
 def running_server_args(tokenizer_manager: Any, keys: list[str]) -> dict[str, Any]:

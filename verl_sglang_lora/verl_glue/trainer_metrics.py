@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from verl_sglang_lora import ROLLOUT_NAME
 from verl_sglang_lora.runtime.settings import PluginSettings
+from verl_sglang_lora.verl_glue.driver_check import wrap_validate_config
 from verl_sglang_lora.runtime.sync.metrics import merge_replica_metrics
 from verl_sglang_lora.verl_glue.config_access import cfg_path
 
@@ -200,6 +201,8 @@ HOOKS: dict[str, tuple[str, Callable[[Callable[..., Any]], Callable[..., Any]], 
     # module defining the function: (its name, the wrapper, the trainer modules that bind it at import)
     METRIC_UTILS: ("compute_data_metrics", wrap_compute_data_metrics, TRAINER_MODULES),
     V1_UTILS: (V1_ADVANTAGE, wrap_compute_advantage, ("verl.trainer.ppo.v1.trainer_base",)),
+    # not a metric: the driver's config check, hooked the same way (verl_glue/driver_check.py)
+    "verl.utils.config": ("validate_config", wrap_validate_config, ("verl.trainer.main_ppo",)),
 }
 
 
