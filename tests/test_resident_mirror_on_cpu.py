@@ -4,7 +4,6 @@ rebuild would be ambiguous or partial (each with its reason)."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from verl_sglang_lora.runtime.resident.mirror import Mirror

@@ -31,7 +31,6 @@ disk loads verified in the pool against the tensors they came from (the loader's
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -39,7 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
@@ -158,7 +157,6 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     from safetensors.torch import save_file
 
     from sglang.srt.managers import io_struct
-    from sglang.srt.utils import MultiprocessingSerializer
 
     from verl_sglang_lora.runtime.resident import LOADER_PATH
     from verl_sglang_lora.runtime.resident.requests import (SLOTS, ResidentRequests, attach_summary, check_results,
