@@ -44,21 +44,27 @@ DTYPE = torch.bfloat16
 # ---- building SGLang's real objects on CPU -----------------------------------------------------------------------
 @contextlib.contextmanager
 def pinning_is_noop() -> Iterator[None]:
-    """``pin_memory=True`` needs an accelerator; during construction only, treat it as a no-op."""
+    """``pin_memory=True`` needs an accelerator; while SGLang builds its LoRA objects or batch info on CPU, treat it
+    as a no-op (host tensors stay host tensors; nothing the LoRA math reads changes)."""
     if torch.cuda.is_available():
         yield
         return
-    tensor, pin = torch.tensor, torch.Tensor.pin_memory
+    originals = {name: getattr(torch, name) for name in ("tensor", "zeros", "empty")}
+    pin = torch.Tensor.pin_memory
 
-    def unpinned_tensor(*args: Any, pin_memory: bool = False, **kwargs: Any) -> torch.Tensor:
-        return tensor(*args, **kwargs)
+    def unpinned(fn: Callable) -> Callable:
+        def make(*args: Any, pin_memory: bool = False, **kwargs: Any) -> torch.Tensor:
+            return fn(*args, **kwargs)
+        return make
 
-    torch.tensor = unpinned_tensor  # type: ignore[assignment]
+    for name, fn in originals.items():
+        setattr(torch, name, unpinned(fn))
     torch.Tensor.pin_memory = lambda self, *a, **k: self  # type: ignore[method-assign]
     try:
         yield
     finally:
-        torch.tensor = tensor  # type: ignore[assignment]
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
         torch.Tensor.pin_memory = pin  # type: ignore[method-assign]
 
 
@@ -153,21 +159,24 @@ def stand_in_model(tp_size: int, tp_rank: int) -> torch.nn.Module:
     return Model()
 
 
-def build_manager(tp_size: int, tp_rank: int, max_rank: int, server_args: Any, max_loras: int = 3) -> Any:
-    """SGLang's real LoRAManager (and pool) for one TP rank of the stand-in model; call in ``release_scope``."""
+def build_manager(tp_size: int, tp_rank: int, max_rank: int, server_args: Any, max_loras: int = 3,
+                  backend: str = "triton") -> Any:
+    """SGLang's real LoRAManager (and pool) for one TP rank of the stand-in model; call in ``release_scope``.
+    ``backend="torch_native"``: SGLang's own CPU-capable LoRA kernels, for a forward through the LoRA layers."""
     from sglang.srt.lora.lora_manager import LoRAManager
 
     model = stand_in_model(tp_size, tp_rank)
     kwargs = _kwargs(LoRAManager.__init__, base_model=model, base_hf_config=model.config,
                      max_loras_per_batch=max_loras, load_config=None, dtype=DTYPE, server_args=server_args,
-                     lora_backend="triton", tp_size=tp_size, tp_rank=tp_rank, max_lora_rank=max_rank,
+                     lora_backend=backend, tp_size=tp_size, tp_rank=tp_rank, max_lora_rank=max_rank,
                      target_modules=list(HF_TARGETS), lora_paths=None)
     with pinning_is_noop():
         return LoRAManager(**kwargs)
 
 
-def peft_adapter(rank: int, seed: int, dtype: torch.dtype = DTYPE, layers: int | None = None) -> dict:
-    """Unsliced, unpacked PEFT tensors for all seven HF linear targets (FSDP export names)."""
+def peft_adapter(rank: int, seed: int, dtype: torch.dtype = DTYPE, layers: int | None = None,
+                 scale: float = 1.0) -> dict:
+    """Unsliced, unpacked PEFT tensors for all seven HF linear targets (FSDP export names), N(0, scale^2)."""
     gen = torch.Generator().manual_seed(seed)
     h, hd, nh, nkv, inter = (CONFIG["hidden_size"], CONFIG["head_dim"], CONFIG["num_attention_heads"],
                              CONFIG["num_key_value_heads"], CONFIG["intermediate_size"])
@@ -178,8 +187,8 @@ def peft_adapter(rank: int, seed: int, dtype: torch.dtype = DTYPE, layers: int |
     for i in range(CONFIG["num_hidden_layers"] if layers is None else layers):
         for mod, (fan_in, fan_out) in dims.items():
             prefix = f"base_model.model.model.layers.{i}.{mod}"
-            out[f"{prefix}.lora_A.weight"] = torch.randn(rank, fan_in, generator=gen).to(dtype)
-            out[f"{prefix}.lora_B.weight"] = torch.randn(fan_out, rank, generator=gen).to(dtype)
+            out[f"{prefix}.lora_A.weight"] = (scale * torch.randn(rank, fan_in, generator=gen)).to(dtype)
+            out[f"{prefix}.lora_B.weight"] = (scale * torch.randn(fan_out, rank, generator=gen)).to(dtype)
     return out
 
 
@@ -203,15 +212,114 @@ def peft_config(rank: int) -> dict:
             "target_modules": list(HF_TARGETS), "bias": "none", "lora_dropout": 0.0}
 
 
-def load(manager: Any, name: str, tensors: dict, rank: int, pinned: bool) -> str:
+def load(manager: Any, name: str, tensors: dict, rank: int, pinned: bool, config: dict | None = None) -> str:
     """SGLang's own ``load_lora_adapter_from_tensors``; returns the adapter's uid."""
     from sglang.srt.lora.lora_registry import LoRARef
 
     ref = LoRARef(lora_name=name, lora_path=f"/tmp/{name}", pinned=pinned)
-    result = manager.load_lora_adapter_from_tensors(ref, dict(tensors), peft_config(rank))
+    result = manager.load_lora_adapter_from_tensors(ref, dict(tensors), config or peft_config(rank))
     if not result.success:
         raise RuntimeError(f"SGLang refused {name}: {result.error_message}")
     return ref.lora_id
+
+
+# ---- serving through SGLang's LoRA layers -------------------------------------------------------------------------
+class ServedModel:
+    """The stand-in model served through SGLang's real LoRA path on CPU: SGLang's ``LoRAManager`` with its
+    ``torch_native`` backend, adapters resolved by name through its ``lora_refs`` and pool, the LoRA deltas computed by
+    SGLang's own layer wrappers. Tokens are scored independently (no attention: a bag-of-tokens model), which is all
+    a check of *which adapter bytes at which scale* a request is served with needs.
+
+    ``served(name, ids)`` is what an SGLang server returns for ``lora_path=name``; ``reference(tensors, scaling, ids)``
+    is the trainer's side, the same base weights with the PEFT tensors applied in plain torch (x A^T B^T scaling)."""
+
+    VOCAB = CONFIG["vocab_size"]
+
+    def __init__(self, rank: int = 8, max_loras: int = 4, seed: int = 0) -> None:
+        self.rank, self._scope = rank, contextlib.ExitStack()
+        args = self._scope.enter_context(release_scope(1, 0, rank, max_loras))
+        self.manager = build_manager(1, 0, rank, args, max_loras=max_loras, backend="torch_native")
+        gen = torch.Generator().manual_seed(seed)
+        h = CONFIG["hidden_size"]
+        for _, param in self.manager.base_model.named_parameters():  # SGLang allocates them uninitialized
+            param.data.copy_(torch.randn(param.shape, generator=gen) * 0.1)
+        self.embed = (torch.randn(self.VOCAB, h, generator=gen)).to(DTYPE)
+        self.head = (torch.randn(self.VOCAB, h, generator=gen) * 0.3).to(DTYPE)
+
+    def close(self) -> None:
+        self._scope.close()
+
+    def load(self, name: str, tensors: dict, pinned: bool = False, config: dict | None = None) -> str:
+        uid = load(self.manager, name, {k: v.clone() for k, v in tensors.items()}, self.rank, pinned, config)
+        self.manager.fetch_new_loras({uid})
+        return uid
+
+    def uid(self, name: str | None) -> str | None:
+        if name is None:
+            return None
+        for ref in self.manager.lora_refs.values():
+            if ref.lora_name == name:
+                return ref.lora_id
+        raise ValueError(f"LoRA adapter {name!r} is not loaded")  # as SGLang refuses an unknown lora_path
+
+    def _logprobs(self, x_fn: Callable[[torch.Tensor, int], torch.Tensor], ids: list[int],
+                  dtype: torch.dtype = DTYPE) -> list[float]:
+        x = self.embed[torch.tensor(ids[:-1])].to(dtype)
+        for i, _ in enumerate(self.manager.base_model.model.layers):
+            x = x_fn(x, i)
+        logits = x.float() @ self.head.float().T
+        return torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None]).flatten().tolist()
+
+    def served(self, name: str | None, ids: list[int]) -> list[float]:
+        """Per-position log-probs of ``ids[1:]`` as SGLang serves them for ``lora_path=name``."""
+        import types
+
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+        n, uid = len(ids) - 1, self.uid(name)
+        with pinning_is_noop():
+            self.manager.prepare_lora_batch(types.SimpleNamespace(batch_size=n, forward_mode=ForwardMode.DECODE,
+                                                                  lora_ids=[uid] * n))
+        layers = self.manager.base_model.model.layers
+        q = CONFIG["num_attention_heads"] * CONFIG["head_dim"]
+        inter = CONFIG["intermediate_size"]
+
+        def layer(x: torch.Tensor, i: int) -> torch.Tensor:
+            attn, mlp = layers[i].self_attn, layers[i].mlp
+            o, _ = attn.o_proj(attn.qkv_proj(x)[0][:, :q].contiguous())
+            gu, _ = mlp.gate_up_proj(x)
+            d, _ = mlp.down_proj((torch.nn.functional.silu(gu[:, :inter]) * gu[:, inter:]).contiguous())
+            return x + o + d
+
+        return self._logprobs(layer, ids)
+
+    def reference(self, tensors: dict | None, scaling: float, ids: list[int]) -> list[float]:
+        """The same log-probs computed the trainer's way from PEFT tensors (None: the base model), in float32 from
+        the bf16 weights (the engines' numerics then differ by bf16 rounding, as a trainer's and a server's do)."""
+        layers = self.manager.base_model.model.layers
+        q, inter = CONFIG["num_attention_heads"] * CONFIG["head_dim"], CONFIG["intermediate_size"]
+
+        def weight(module: Any) -> torch.Tensor:
+            return getattr(module, "base_layer", module).weight.float()
+
+        def delta(x: torch.Tensor, i: int, leaf: str) -> torch.Tensor:
+            if tensors is None:
+                return 0
+            block = "self_attn" if leaf in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
+            prefix = f"base_model.model.model.layers.{i}.{block}.{leaf}"
+            a, b = tensors[f"{prefix}.lora_A.weight"].float(), tensors[f"{prefix}.lora_B.weight"].float()
+            return ((x @ a.T) @ b.T) * scaling
+
+        def layer(x: torch.Tensor, i: int) -> torch.Tensor:
+            attn, mlp = layers[i].self_attn, layers[i].mlp
+            qq = x @ weight(attn.qkv_proj)[:q].T + delta(x, i, "q_proj")
+            o = qq @ weight(attn.o_proj).T + delta(qq, i, "o_proj")
+            gu = x @ weight(mlp.gate_up_proj).T
+            g, u = gu[:, :inter] + delta(x, i, "gate_proj"), gu[:, inter:] + delta(x, i, "up_proj")
+            h = torch.nn.functional.silu(g) * u
+            return x + o + h @ weight(mlp.down_proj).T + delta(h, i, "down_proj")
+
+        return self._logprobs(layer, ids, torch.float32)
 
 
 # ---- the checks ---------------------------------------------------------------------------------------------------

@@ -118,19 +118,36 @@ class FakeTokenizerManager:
 
 
 class ResidentTokenizerManager(FakeTokenizerManager):
-    """The stand-in with SGLang's REAL LoRA manager behind it (``runtime.resident.selfcheck``: real pool, real LoRA
-    layers on a CPU stand-in model): adapter loads go through SGLang's own load, custom-loader updates run the
-    plugin's real loader against the real pool, as SGLang's scheduler would call it."""
+    """The stand-in with SGLang's REAL LoRA manager behind it (``tests/resident_selfcheck.ServedModel``: real pool,
+    real LoRA layers and SGLang's CPU LoRA kernels on a stand-in model), sized by the launch arguments the plugin
+    computes: adapter loads go through SGLang's own load, custom-loader updates run the plugin's real loader against
+    the real pool, and generate requests are scored through SGLang's LoRA layers for the adapter they name, so
+    the served log-probs depend on the bytes SGLang holds for that name."""
 
     def __init__(self, rank: int = 8) -> None:
-        import contextlib
-
         from tests import resident_selfcheck as selfcheck
+        from verl_sglang_lora.runtime.lora_plan import LoRAPlan
+        from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
 
         super().__init__()
-        self.rank, self._scope = rank, contextlib.ExitStack()
-        args = self._scope.enter_context(selfcheck.release_scope(1, 0, rank, 3))
-        self.manager = selfcheck.build_manager(1, 0, rank, args, max_loras=3)
+        launch = lora_launch_args(LoRAPlan(rank, 2 * rank, "all-linear", False), resident=True)
+        self.rank = launch["max_lora_rank"]
+        self.served_model = selfcheck.ServedModel(self.rank, max_loras=launch["max_loras_per_batch"])
+        self.manager = self.served_model.manager
+
+    async def generate_request(self, obj: Any, request: Any = None):
+        self.calls.append(("generate", getattr(obj, "lora_path", None)))
+        self.generate_keys.append([getattr(obj, "lora_path", None), getattr(obj, "extra_key", None)])
+        ids = [i % self.served_model.VOCAB for i in obj.input_ids]
+        scores = self.served_model.served(obj.lora_path, ids + [7]) if len(ids) else []
+        yield {
+            "output_ids": [7, 8, 9],
+            "meta_info": {
+                "finish_reason": {"type": "length"},
+                "output_token_logprobs": [(scores[-1] if scores else -0.5, t, None) for t in (7, 8, 9)],
+                "input_token_logprobs": [(None, ids[0], None)] + [(lp, t, None) for lp, t in zip(scores, ids[1:])],
+            },
+        }
 
     async def load_lora_adapter_from_tensors(self, obj: Any, request: Any = None) -> Any:
         from sglang.srt.utils import MultiprocessingSerializer
