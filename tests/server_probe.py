@@ -236,6 +236,21 @@ def probe_class(base: type) -> type:
                 module.ServerArgs = original
             raise AssertionError("verl's launch_server did not build ServerArgs")
 
+        async def generate_named(self, lora_path: str, hold_s: float) -> dict:
+            """A generate request that names its adapter itself, as the HTTP /generate route passes it, through the
+            plugin's wrapped tokenizer manager; held open ``hold_s`` after its first answer."""
+            import asyncio
+
+            from verl_sglang_lora.sglang_contract.installed import io_struct
+
+            obj = io_struct("GenerateReqInput")(input_ids=[5, 6, 7, 8], sampling_params={"max_new_tokens": 1},
+                                                return_logprob=True, logprob_start_len=0, lora_path=lora_path)
+            scored = 0
+            async for out in self.tokenizer_manager.generate_request(obj, None):
+                scored = sum(1 for x in out["meta_info"]["input_token_logprobs"] if x[0] is not None)
+                await asyncio.sleep(hold_s)
+            return {"lora_path": obj.lora_path, "scored": scored}
+
         def calls(self) -> list:
             return list(self.tokenizer_manager.calls)
 

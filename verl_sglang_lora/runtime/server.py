@@ -494,8 +494,11 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             result = await call_watched(getattr(tm, method)(request, None), probe, timeout,
                                         self.settings.health_timeout_s / 2, self.settings.health_timeout_s)
         except asyncio.TimeoutError:
-            raise SGLangRequestError(method, None, f"no answer within {timeout:g} s "
-                                     "(engine_kwargs.sglang_lora.http_timeout_s); is SGLang's scheduler alive?") from None
+            running = self.adapters.status()["in_flight"]  # a weight update waits for these (SGLang's update lock)
+            raise SGLangRequestError(method, None, f"no answer within {timeout:g} s (engine_kwargs.sglang_lora."
+                                     f"http_timeout_s) while the scheduler answered its health probes; requests "
+                                     f"still running per adapter: {running or 'none'} -- a weight update waits for "
+                                     "them (SGLang's model_update_lock)") from None
         except SchedulerHung as exc:
             raise SGLangRequestError(method, None, f"{exc} (engine_kwargs.sglang_lora.health_timeout_s): the "
                                      "scheduler is hung or dead; see its log") from None
