@@ -1,21 +1,18 @@
 """Simulate the served-effect check (verl_sglang_lora/runtime/sync/served_effect.py) over many GRPO steps.
 
-Each simulated run measures its noise floor on one zero-effect step (LoRA B = 0), then judges ``--steps`` steps per
+Each simulated step measures its noise floor on one zero-effect step (LoRA B = 0), then judges ``--steps`` steps per
 (what SGLang serves, effect-to-noise level). Noise is heavy-tailed: Student-t with 3 degrees of freedom per token,
 times a per-sequence scale (log-normal, sigma 0.5); the adapter's effect is Laplace per token times its own
 per-sequence scale. The arms: the trained adapter, and every wrong one the check must stop (base model, half and
 quarter scale, negated, an unrelated adapter of equal size, the trained adapter plus an equally large unrelated
 part). Prints a table (fail / inconclusive rate per arm and level) and writes a JSON record.
 
-    python scripts/served_effect_sim.py --steps 2000 --out docs/results/served_effect_sim.json
+    python scripts/served_effect_sim.py --steps 2000 --record      # appends to docs/results/served_effect_sim.json
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -86,7 +83,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--shapes", default="32x64,64x256,8x256", help="batch x response length, comma-separated")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--record", action="store_true", help="append a record to docs/results/served_effect_sim.json")
     args = ap.parse_args()
     results = []
     print(f"{'shape':>8} {'arm':>24} " + " ".join(f"snr={lv:<7g}" for lv in LEVELS))
@@ -100,15 +97,14 @@ def main() -> int:
             print(f"{shape:>8} {arm:>24} " + " ".join(
                 f"{c[key] / c['steps']:.4f}/{c['inconclusive'] / c['steps']:.2f}".ljust(12) for c in cells))
     print("cells: the wrong verdict's rate (trained: fail; every other arm: pass) / the inconclusive rate")
-    if args.out:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        record = {"kind": "served_effect_sim", "date": datetime.date.today().isoformat(), "commit": commit,
-                  "gpu": None, "versions": {"torch": torch.__version__},
-                  "command": "python scripts/served_effect_sim.py " + " ".join(sys.argv[1:]),
-                  "settings": {"error_tol": se.ERROR_TOL, "noise_allowance": se.NOISE_ALLOWANCE, "groups": se.GROUPS},
-                  "results": results}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
+    if args.record:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        import records
+
+        figures = {"settings": {"error_tol": se.ERROR_TOL, "noise_allowance": se.NOISE_ALLOWANCE, "groups": se.GROUPS},
+                   "results": results}
+        print(records.append(records.make_record("served_effect_sim", "python scripts/served_effect_sim.py "
+                                                 + " ".join(sys.argv[1:]), figures)))
     return 0
 
 

@@ -280,3 +280,14 @@ def test_a_cudnn_older_than_torch_was_built_for_fails_with_the_pin(tiny_qwen3, c
     code, out = doctor(capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA)
     assert status(rows(out), "cuDNN") == OK and "cuDNN 92400" in rows(out)["cuDNN"][0][1]
 
+
+
+def test_exit_code_tells_a_config_problem_from_an_incomplete_environment() -> None:
+    from verl_sglang_lora.tools.doctor import FAIL, OK, WARN, Check, exit_code
+
+    ok = Check("lora", OK, "rank 8")
+    missing = Check("version sglang", FAIL, "not installed")
+    bad_config = Check("verl guards", FAIL, "regex target_modules")
+    assert exit_code([ok, Check("overlay", WARN, "")]) == 0
+    assert exit_code([ok, missing, Check("compat matrix", FAIL, "")]) == 3
+    assert exit_code([ok, missing, bad_config]) == 1

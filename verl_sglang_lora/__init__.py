@@ -5,7 +5,7 @@ import fills verl's registries (verl loads it through the ``verl.plugins`` entry
 ``actor_rollout_ref.model.external_lib``).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 ROLLOUT_NAME = "sglang_lora"
 

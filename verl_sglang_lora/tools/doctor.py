@@ -32,7 +32,7 @@ OK, WARN, FAIL = "OK", "WARN", "FAIL"
 PACKAGES = ("verl", "sglang", "torch", "ray", "transformers", "peft", "hydra-core")
 REQUIRED = frozenset({"verl", "sglang", "torch", "ray", "transformers", "hydra-core"})
 
-# README, Install, line for line (tests/test_bad_lora_settings_on_cpu.py keeps them equal). `verl[sglang]==0.9.1` cannot
+# docs/install.md, line for line (tests/test_bad_lora_settings_on_cpu.py keeps them equal). `verl[sglang]==0.9.1` cannot
 # be installed as published and a plain `pip install sglang` pulls a transformers verl 0.9.1 excludes.
 INSTALL_VERL = "pip install verl==0.9.1 transformers==5.9.0 'tokenizers<0.23' TransferQueue cachetools"
 INSTALL_SGLANG = ("pip install --no-deps sglang==0.5.12 sglang-kernel==0.4.2.post2 flashinfer-python==0.6.11.post1 "
@@ -41,9 +41,8 @@ INSTALL_SGLANG_DEPS = ("pip install msgspec orjson pybase64 pyzmq fastapi uvicor
                        "xgrammar==0.2.0 apache-tvm-ffi==0.1.9 setproctitle openai==2.6.1 compressed-tensors gguf ipython "
                        "soundfile")
 INSTALL_PLUGIN = "pip install ."  # in the verl-sglang-lora checkout: the package is not on PyPI
-INSTALL_PLUGIN_GIT = "pip install git+https://github.com/<owner>/verl-sglang-lora"
-INSTALL_RECIPE = (INSTALL_VERL, INSTALL_SGLANG, INSTALL_SGLANG_DEPS, INSTALL_PLUGIN, INSTALL_PLUGIN_GIT)
-INSTALL_PLUGIN_HINT = f"{INSTALL_PLUGIN} in the verl-sglang-lora checkout (or {INSTALL_PLUGIN_GIT})"
+INSTALL_RECIPE = (INSTALL_VERL, INSTALL_SGLANG, INSTALL_SGLANG_DEPS, INSTALL_PLUGIN)
+INSTALL_PLUGIN_HINT = f"{INSTALL_PLUGIN} in the verl-sglang-lora checkout"
 INSTALL_HINTS = {
     "verl": INSTALL_VERL,
     "ray": f"{INSTALL_VERL} (verl brings ray)",
@@ -349,10 +348,10 @@ class Doctor:
             if version:
                 self.add(f"version {pkg}", OK, version)
             elif pkg in REQUIRED:
-                self.add(f"version {pkg}", FAIL, "not installed", f"{INSTALL_HINTS[pkg]} (README, Install)")
+                self.add(f"version {pkg}", FAIL, "not installed", INSTALL_HINTS[pkg])
             else:
                 self.add(f"version {pkg}", WARN, "not installed (FSDP LoRA needs it)",
-                         f"{INSTALL_HINTS[pkg]} (README, Install)")
+                         INSTALL_HINTS[pkg])
         status, text = matrix_cell(self.versions["verl"], self.versions["sglang"])
         self.add("compat matrix", status, text, "" if status == OK else "see docs/compatibility.md")
         if self.versions["torch"]:
@@ -871,11 +870,26 @@ def format_table(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
+# rows about what is installed rather than the config: their FAILs alone give EXIT_ENVIRONMENT
+ENVIRONMENT_ROWS = ("version ", "compat matrix", "cuDNN", "megatron stack", "megatron-bridge pins", "entry point",
+                    "registration", "request shape")
+EXIT_OK, EXIT_CONFIG, EXIT_ENVIRONMENT = 0, 1, 3
+
+
+def exit_code(checks: list[Check]) -> int:
+    """0: the config can run here; 1: the config has a problem (whatever the environment); 3: only the environment
+    is incomplete (a package missing or broken), the config itself passed."""
+    failed = [c for c in checks if c.status == FAIL]
+    if any(not c.name.startswith(ENVIRONMENT_ROWS) for c in failed):
+        return EXIT_CONFIG
+    return EXIT_ENVIRONMENT if failed else EXIT_OK
+
+
 def run_doctor(overrides: list[str], config_name: str = "ppo_trainer", ray: bool = False) -> tuple[int, str]:
-    """(exit code, report): 1 when any check FAILs."""
+    """(exit code, report): ``exit_code`` of the checks."""
     doc = Doctor(overrides, config_name, ray)
     checks = doc.run()
     report = format_table(checks)
     if getattr(doc, "placement_text", ""):  # the topology setting is set and valid
         report += "\n\n" + doc.placement_text
-    return (1 if any(c.status == FAIL for c in checks) else 0), report
+    return exit_code(checks), report
