@@ -128,6 +128,13 @@ def render_validation(records: dict[str, list[dict[str, Any]]]) -> str:
         for i in range(f["steps"]):
             out.append(f"| {i + 1} | " + " | ".join(_fmt(s[k][i]) for k in E2E_KEYS) + " |")
         out.append("")
+    for r in records.get("mutation", []):
+        f = r["figures"]
+        out += [f"## Mutation score -- {_where(r)}", "", f"`{r['command']}`: {f['killed']} of {f['total']} small wrong "
+                "changes to the core modules killed by the tests that cover them.", "",
+                "| module | change | verdict |", "|---|---|---|"]
+        out += [f"| {m['module']} | {m['name']} | {m['verdict']} |" for m in f["mutants"]]
+        out.append("")
     for r in records.get("gpu_tests", []):
         out += [f"## tests/gpu -- {_where(r)}", "", f"`{r['command']}`", "", f"{r['figures'].get('summary')}", ""]
     return "\n".join(out).rstrip() + "\n"

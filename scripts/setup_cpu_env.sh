@@ -103,7 +103,7 @@ fi
 want_deps_stamp="$(cat "$ROOT/scripts/setup_cpu_env.sh" "$ROOT/scripts/cpu_env/vsl_cpu_shim.py" \
   "$ROOT/scripts/cpu_env/sglang_probe.py" | sha256sum | cut -d' ' -f1)"
 stamp_inputs=()
-for f in setup.py setup.cfg pyproject.toml constraints/*.txt; do [ -f "$ROOT/$f" ] && stamp_inputs+=("$ROOT/$f"); done
+for f in setup.py setup.cfg pyproject.toml verl_sglang_lora/__init__.py constraints/*.txt; do [ -f "$ROOT/$f" ] && stamp_inputs+=("$ROOT/$f"); done  # __init__.py: the version
 want_stamp="$( { echo "$want_deps_stamp"; cat "${stamp_inputs[@]+"${stamp_inputs[@]}"}" </dev/null; } | sha256sum | cut -d' ' -f1)"
 STAMP="$VENV/.vsl_cpu_env_stamp"
 DEPS_STAMP="$VENV/.vsl_cpu_deps_stamp"

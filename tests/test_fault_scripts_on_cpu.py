@@ -1,7 +1,7 @@
 """The CPU-testable pieces of the GPU fault run and soak (scripts/device/faults.sh, soak.sh; issue 17 items 3-4):
 the test-only unload hook (its spec, that it fires once on the Nth unload, that the real ``_unload`` takes it as
 SGLang's refusal), the bash helpers that find processes by title and mark the log, the fault report on a log built
-from the real log-line formats (copied from docs/validation_logs), and the memory sampler's rows and report."""
+from the real log-line formats (as verl, Ray and SGLang print them), and the memory sampler's rows and report."""
 
 from __future__ import annotations
 
@@ -217,7 +217,7 @@ def test_actor_and_scheduler_found_by_their_titles(tmp_path) -> None:
 
 
 # ---- the fault report on a log in the run's real line formats -----------------------------------------------------------
-# copied from docs/validation_logs/2026-12-03_e2e_fsdp2_one_door.tail.log, 2026-12-02d_kill_recover_PASS.tail.log
+# the formats of verl's console step lines and the kill-and-recover log, as printed on a GPU host
 SYNC_NEW = ("\x1b[36m(WorkerDict pid=2452)\x1b[0m INFO:{ts}:sglang_lora: adapter sync {{'action': 'load', 'name': "
             "'verl_lora_v{v}', 'version': {v}, 'stats': {{'version': {v}, 'tensors': 56, 'bytes': 2097152, "
             "'collect_ms': 5.67, 'request_ms': 1.09, 'snapshot_ms': 0.0, 'load_ms': 6.02, 'activate_ms': 0.9, "

@@ -1,7 +1,7 @@
 """``python -m verl_sglang_lora.benchmarks``: the adapter-sync matrix on one GPU (``tools/sync_matrix.py``).
 
     python -m verl_sglang_lora.benchmarks --shape qwen3-0.6b --shape qwen3-8b --rank 8 --rank 32 --rank 128 \\
-        --iters 30 --json docs/benchmarks/h200.json [--engine-arg attention_backend=triton ...]
+        --iters 30 --json matrix.json [--engine-arg attention_backend=triton ...]
 
 ``--http`` runs the older HTTP benchmark instead (``tools/benchmarks.py``: versioned / disk / verl-stock paths against a
 ``launch_server`` subprocess, plus base-weight sync throughput).

@@ -501,7 +501,7 @@ def run_shape(shape: str, ranks: list[int], iters: int, warmup: int, mem: float,
 
 
 def flat_rows(results: list[dict]) -> list[dict]:
-    """The JSON rows of docs/benchmarks/h200.json: shape, rank, path, p50_ms, p95_ms, first_batch_penalty_ms, correct."""
+    """The JSON rows (the sync_matrix record's figures, docs/results/sync_matrix.json): shape, rank, path, p50_ms, p95_ms, first_batch_penalty_ms, correct."""
     rows = []
     for shape in results:
         for rank in shape["ranks"]:
