@@ -58,3 +58,24 @@ def test_driver_problems_on_the_composed_config(tiny_qwen3) -> None:
     assert any("FSDP1" in p for p in driver_problems(fsdp1))
     assert driver_problems(fsdp2) == []
     assert driver_problems(megatron) == []
+
+
+@pytest.mark.parametrize("override, named", [
+    ("actor_rollout_ref.rollout.quantization=fp8", "actor_rollout_ref.rollout.quantization is set"),
+    ("actor_rollout_ref.rollout.mode=sync", "actor_rollout_ref.rollout.mode must be 'async'"),
+    ("actor_rollout_ref.rollout.pipeline_model_parallel_size=2", "pipeline_model_parallel_size=2"),
+    ("actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", "checkpoint_engine.backend=nccl"),
+])
+def test_rollout_guards_on_verls_composed_config(tiny_qwen3, override, named) -> None:
+    """Each rollout guard refuses verl's own composed ppo_trainer config (with the overlay) that has the problem, and
+    the same config without it passes."""
+    from hydra import compose, initialize_config_module
+
+    from verl_sglang_lora.verl_glue.driver_check import driver_problems
+
+    common = [*OVERLAY[1:], f"actor_rollout_ref.model.path={tiny_qwen3}", "actor_rollout_ref.model.lora_rank=8", *FSDP2]
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        bad = compose(config_name="ppo_trainer", overrides=[*common, override])
+        good = compose(config_name="ppo_trainer", overrides=common)
+    assert any(named in p for p in driver_problems(bad)), driver_problems(bad)
+    assert driver_problems(good) == []
