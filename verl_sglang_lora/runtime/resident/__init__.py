@@ -1,25 +1,23 @@
-"""Resident in-place LoRA slots: the scheduler-side half of the fast adapter sync.
+"""Resident in-place LoRA slots: the fast, verified adapter sync (docs/resident_sync.md).
 
-Two adapters loaded ``pinned=True`` act as slots in SGLang's LoRA memory pool. A sync writes the new adapter
-bytes straight into the idle slot's pool buffers instead of loading a new adapter (no CPU staging, no lazy
-pool fill). Everything here runs inside SGLang's scheduler process (through ``--custom-weight-loader``) or in
-tests against SGLang's real LoRA objects; the layout is traced from SGLang's own load code, never from a
+Two adapters loaded ``pinned=True`` act as slots in SGLang's LoRA memory pool. A sync writes the new adapter bytes
+straight into the idle slot's pool buffers, checks them against the trainer's buffer byte for byte, and only then is
+the slot served (the server actor commits it). The layout is traced from SGLang's own load code, never from a
 per-release table.
 
 Modules, one job each:
   ``access``   find the LoRAManager / pool from what SGLang hands a custom loader; resolve slots.
   ``trace``    run SGLang's own adapter normalization, TP slicing and pool load on index-tagged probe tensors.
   ``plan``     turn a trace into copy blocks (``SlotLayout``) and bind them to real tensors as (src, dst) views.
-  ``execute``  run the copies; checksums of source and slot that compare cheaply.
+  ``execute``  run the copies; compare slot blocks with their sources bit for bit.
+  ``mirror``   read a slot back into the trainer buffer's layout and compare it with that buffer.
   ``verify``   SGLang's own load into a slot, and a byte-exact slot-against-slot comparison.
-  ``protocol`` the wire format: tensor-name header, status/message tensors.
+  ``protocol`` the wire format: tensor-name header, status/message tensors, reply channels.
   ``loader``   the ``--custom-weight-loader`` entry point (``verl_sglang_lora.runtime.resident.loader.apply``).
-  ``update_check_cache`` SGLang 0.5.23's per-request module walk before each tensor update, answered once per model
-               for the loader's own requests.
-  ``selfcheck`` builds SGLang's real LoRAManager on a CPU stand-in model and checks the plan (tests, doctor).
-  ``support``  whether the path applies (config and the installed SGLang's declarations), for both sides.
-  ``requests`` the sync client's side: status tensors and the serialized loader calls, and their check.
-  ``slots``    the server actor's side: which slot serves, which one the next version is written into.
+  ``support``  whether the path applies (config and the installed SGLang's declarations), and what it costs.
+  ``requests`` the sync client's side: the loader requests and the check of their answers.
+  ``update_request`` one loader request through SGLang's ``update_weights_from_tensor``.
+  ``slots``    the server actor's side: which slot serves, which was written, which is idle.
 """
 
 LOADER_PATH = "verl_sglang_lora.runtime.resident.loader.apply"

@@ -9,14 +9,13 @@ touched: only bytes). ``compare_slots`` then compares two slots over every pool 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 import torch
 
 from .access import new_adapter
-from .execute import INT_VIEW, run_copies
-from .plan import SlotLayout, bind
+from .execute import INT_VIEW
 
 
 @dataclass(frozen=True)
@@ -37,8 +36,6 @@ class Mismatch:
         return (f"{where}: {self.differing}/{self.total} elements differ, first at {self.first_index} "
                 f"({self.left!r} vs {self.right!r})")
 
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def reference_write(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor], slot: int) -> Any:
@@ -66,31 +63,16 @@ def _compare(buffer: str, module: str, layer: Optional[int], a: torch.Tensor, b:
     return Mismatch(buffer, module, layer, count, a.numel(), first, float(a[first]), float(b[first]))
 
 
-def compare_slots(pool: Any, slot_a: int, slot_b: int, within: Optional[SlotLayout] = None) -> list[Mismatch]:
-    """Every element of slot ``slot_a`` against slot ``slot_b``, all per-layer and embedding buffers.
-
-    ``within`` restricts the comparison to the rectangles a layout writes: for slots whose bytes past the
-    adapter's rank may differ legitimately (0.5.8 allocates the pool with ``torch.empty``; a slot that once held
-    a higher-rank adapter). The default, the whole slot, also catches writes a plan misses."""
+def compare_slots(pool: Any, slot_a: int, slot_b: int) -> list[Mismatch]:
+    """Every element of slot ``slot_a`` against slot ``slot_b``, all per-layer and embedding buffers (the whole slot:
+    a write a plan misses shows too)."""
     out: list[Mismatch] = []
-    regions: dict[tuple[str, str, int], list] = {}
-    if within is not None:
-        for b in within.blocks:
-            regions.setdefault((b.buffer, b.module, b.layer), []).append(b)
     for family, buffers in (("A", pool.A_buffer), ("B", pool.B_buffer)):
         for module in sorted(buffers):
             for layer, buf in enumerate(buffers[module]):
-                a, b = buf[slot_a], buf[slot_b]
-                if within is not None:
-                    mask = torch.zeros(a.shape, dtype=torch.bool, device=a.device)
-                    for blk in regions.get((family, module, layer), []):
-                        mask[blk.row0:blk.row0 + blk.rows, blk.col0:blk.col0 + blk.cols] = True
-                    a, b = torch.where(mask, a, torch.zeros_like(a)), torch.where(mask, b, torch.zeros_like(b))
-                m = _compare(family, module, layer, a, b)
+                m = _compare(family, module, layer, buf[slot_a], buf[slot_b])
                 if m is not None:
                     out.append(m)
-    if within is not None:
-        return out
     for family in ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer",
                    "new_embeddings_buffer"):
         for module, buf in sorted(getattr(pool, family, {}).items()):
@@ -98,15 +80,3 @@ def compare_slots(pool: Any, slot_a: int, slot_b: int, within: Optional[SlotLayo
             if m is not None:
                 out.append(m)
     return out
-
-
-def verify_layout(manager: Any, layout: SlotLayout, tensors: Mapping[str, torch.Tensor], uid: str,
-                  plan_slot: int, reference_slot: int) -> list[Mismatch]:
-    """Write ``tensors`` with the plan into ``plan_slot`` and with SGLang's load into ``reference_slot``,
-    then compare the two slots. Both slots are overwritten: use scratch slots (tests, attach time)."""
-    pool = manager.memory_pool
-    reference_write(manager, uid, tensors, reference_slot)
-    run_copies(bind(layout, pool, plan_slot, tensors))
-    if pool.A_buffer and next(iter(pool.A_buffer.values()))[0].is_cuda:
-        torch.cuda.synchronize()
-    return compare_slots(pool, plan_slot, reference_slot)
