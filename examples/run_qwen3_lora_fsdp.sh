@@ -29,7 +29,8 @@ if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
     "$PYTHON" -m verl_sglang_lora.tools.offline_assets --out "$ASSETS" >/dev/null
     MODEL_PATH=${MODEL_PATH:-$ASSETS/model}
     DATA=${DATA:-$ASSETS/testset}
-    SMALL=(data.train_batch_size=8 data.max_prompt_length=128 data.max_response_length=64
+    # no DataLoader worker processes for 256 rows: their teardown printed a "worker killed" traceback at the end
+    SMALL=(data.train_batch_size=8 data.max_prompt_length=128 data.max_response_length=64 data.dataloader_num_workers=0
            actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8
            actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8
            # a random model never answers right: graded credit gives GRPO non-zero advantages (offline_reward.py)

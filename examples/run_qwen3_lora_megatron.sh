@@ -32,7 +32,9 @@ if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
     DATA=${DATA:-$ASSETS/testset}
     BATCH=8; PROMPT=128; RESPONSE=64; MICRO=8
     # a random model never answers right: graded credit gives GRPO non-zero advantages (offline_reward.py)
-    REWARD=(reward.custom_reward_function.path=pkg://verl_sglang_lora.tools.offline_reward reward.custom_reward_function.name=compute_score)
+    # no DataLoader worker processes for 256 rows: their teardown printed a "worker killed" traceback at the end
+    REWARD=(reward.custom_reward_function.path=pkg://verl_sglang_lora.tools.offline_reward reward.custom_reward_function.name=compute_score
+            data.dataloader_num_workers=0)
 else
     BATCH=16; PROMPT=512; RESPONSE=256; MICRO=4
     REWARD=()
