@@ -291,3 +291,19 @@ def test_exit_code_tells_a_config_problem_from_an_incomplete_environment() -> No
     assert exit_code([ok, Check("overlay", WARN, "")]) == 0
     assert exit_code([ok, missing, Check("compat matrix", FAIL, "")]) == 3
     assert exit_code([ok, missing, bad_config]) == 1
+
+
+def test_target_modules_are_checked_without_sglang_installed(tiny_qwen3, monkeypatch) -> None:
+    """Where SGLang is not installed (a CPU host before the GPU stack), the model's target modules are checked
+    against the dense projections every SGLang release serves, not reported missing."""
+    from verl_sglang_lora.runtime.lora_plan import LoRAPlan
+    from verl_sglang_lora.tools.doctor import OK, Doctor
+
+    d = Doctor([])
+    monkeypatch.setattr(Doctor, "supported_modules", lambda self: None)
+    from omegaconf import OmegaConf
+
+    d.check_model(OmegaConf.create({"path": str(tiny_qwen3)}), LoRAPlan(8, 8, "all-linear", False), ["all"])
+    rows = {c.name: c for c in d.checks}
+    assert rows["target modules"].status == OK, rows["target modules"]
+    assert "q_proj" in rows["target modules"].detail and "down_proj" in rows["target modules"].detail
