@@ -1,9 +1,10 @@
 """A resident slot a request reads is never written, whatever name the request gave.
 
-1. Through the real ``SGLangLoRARollout`` on SGLang's real CPU pool: a generate request that names the idle slot
-   itself (``lora_path``, as the HTTP /generate route passes it) holds a lease on that slot; a sync while it runs
-   does not write the slot (no loader call), it takes the versioned load; once the request ends the next sync writes
-   the slot in place.
+1. Through the real ``SGLangLoRARollout`` on SGLang's real CPU pool: a generate request that names the served slot
+   itself (``lora_path``, as the HTTP /generate route passes it) holds a lease on that slot; after the next version
+   is committed to the other slot, a sync while the request still runs does not write the held slot (no loader
+   call), it takes the versioned load; once the request ends the next sync writes in place again. A request naming a
+   slot that is not served (its bytes may be unverified) is refused.
 2. SGLang's own drain, named and checked in every cached release: each generate request holds the reader side of
    the tokenizer manager's ``model_update_lock`` for its life, and ``update_weights_from_tensor`` (which carries
    every loader request) takes the writer side unless generation is paused.
@@ -63,13 +64,19 @@ def sync(version, mode):
             "loader_calls": sum(1 for c in ray.get(srv.calls.remote()) if c[0] == "loader") - loader_before}
 
 out["v1"] = sync(1, "attach")  # slot0 serves; slot1 is idle
-held = srv.generate_named.remote("verl_lora_slot1", 2.0)  # a request reading the idle slot by name
+try:
+    ray.get(srv.generate_named.remote("verl_lora_slot1", 0.0))
+    out["unserved"] = "served"
+except Exception as exc:
+    out["unserved"] = str(exc)
+held = srv.generate_named.remote("verl_lora_slot0", 3.0)  # a request reading the served slot by name
 time.sleep(0.5)
 out["status_while_held"] = ray.get(srv.adapter_status.remote())
-out["v2_while_held"] = sync(2, "write")
-out["v2_load"] = sync(2, None)  # the client re-sends with the load fields
+out["v2"] = sync(2, "write")  # slot1 written and committed: slot0 is idle now, but still read
+out["v3_while_held"] = sync(3, "write")
+out["v3_load"] = sync(3, None)  # the client re-sends with the load fields
 out["held"] = ray.get(held)
-out["v3_after"] = sync(3, "write")
+out["v4_after"] = sync(4, "write")
 print(json.dumps(out, default=str))
 ray.shutdown()
 """
@@ -80,13 +87,15 @@ def test_a_request_naming_the_idle_slot_keeps_it_from_being_written(tiny_qwen3, 
     pytest.importorskip("verl")
     out = run_probe_script(_SCRIPT, str(tiny_qwen3), str(tmp_path), extra_env={"PROBE_RESIDENT": "1"})
     assert (out["v1"]["action"], out["v1"]["name"]) == ("inplace", "verl_lora_slot0")
-    assert out["status_while_held"]["in_flight"] == {"verl_lora_slot1": 1}  # leased under the name it reads
-    # the idle slot is held: nothing is written, the server asks for the load fields, the version is loaded
-    assert out["v2_while_held"] == {"action": "need_fields", "name": None, "loader_calls": 0}
-    assert (out["v2_load"]["action"], out["v2_load"]["name"]) == ("load", "verl_lora_v2")
-    assert out["held"]["lora_path"] == "verl_lora_slot1" and out["held"]["scored"] > 0
-    # released: the next sync writes the slot not served (slot1) in place again
-    assert (out["v3_after"]["action"], out["v3_after"]["loader_calls"]) == ("inplace", 1)
+    assert "verl_lora_slot1 is a resident slot that is not the served adapter version" in out["unserved"]
+    assert out["status_while_held"]["in_flight"] == {"verl_lora_slot0": 1}  # leased under the name it reads
+    assert (out["v2"]["action"], out["v2"]["name"], out["v2"]["loader_calls"]) == ("inplace", "verl_lora_slot1", 1)
+    # the idle slot0 is still read: nothing is written, the server asks for the load fields, the version is loaded
+    assert out["v3_while_held"] == {"action": "need_fields", "name": None, "loader_calls": 0}
+    assert (out["v3_load"]["action"], out["v3_load"]["name"]) == ("load", "verl_lora_v3")
+    assert out["held"]["lora_path"] == "verl_lora_slot0" and out["held"]["scored"] > 0
+    # released: the next sync writes a slot in place again
+    assert (out["v4_after"]["action"], out["v4_after"]["loader_calls"]) == ("inplace", 1)
 
 
 def _function_source(root: Path, name: str) -> str:

@@ -30,7 +30,7 @@ from verl_sglang_lora.runtime.memory import KV_CACHE, MemoryTagLedger
 from verl_sglang_lora.runtime.fault_injection import before_unload  # test-only hook, inert unless its env var is set
 from verl_sglang_lora.runtime.recovery import RestartRecovery, ray_restart_options
 from verl_sglang_lora.runtime.settings import PluginSettings
-from verl_sglang_lora.runtime.watchdog import SchedulerHung, call_watched
+from verl_sglang_lora.runtime.watchdog import SchedulerHung, Watchdog
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError, request_outcome
 from verl_sglang_lora.runtime.resident import LOADER_PATH
@@ -167,6 +167,11 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
 
         async def generate_request(obj: Any, request: Any = None):
             named = explicit_adapters(obj)
+            served = self.adapters.active.name if self.adapters.active else None
+            unserved = [n for n in named if n in RESIDENT_SLOTS and n != served]
+            if unserved:  # its bytes may be a write not yet verified, or one that failed its check
+                raise ValueError(f"sglang_lora: {unserved[0]} is a resident slot that is not the served adapter "
+                                 f"version (that is {served}); name the served one or none")
             lease = _current_lease.get()
             # a request is leased to the adapter it reads: the one it names, else the active one
             own = [self.adapters.acquire_named(n) for n in named] or ([self.adapters.acquire()] if lease is None else [])
@@ -296,7 +301,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             logger.info("sglang_lora: version %d already served as %s; ack", push.version, self.adapters.active.name)
             return {"action": "ack", "name": self.adapters.active.name, "version": push.version,
                     "resident": {"ran": [], **self._resident_state()}}
-        self._staged = None
+        await self._drop_staged()
         ran = await self._write_resident(push) if push.resident and self.resident.disabled is None else None
         if ran is not None:
             name, action = self.resident.written, "inplace"
@@ -304,6 +309,9 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             return {"action": "need_fields", "version": push.version, "resident": self._resident_state()}
         else:
             name, action = self.adapters.name_for(push.version), "load"
+            if push.verify and self.resident_on and push.verify.get("name") != name:  # the client builds it again
+                return {"action": "need_verify", "name": name, "version": push.version,
+                        "resident": self._resident_state()}
             request = io_struct(LORA_REQUEST_CLASS)(lora_name=name, **push.request_fields)
             try:
                 await self._sglang_call("load_lora_adapter_from_tensors", request)
@@ -323,11 +331,12 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         in-place write turns the resident path off (the client then loads the version the ordinary way), a load is
         unloaded."""
         t0 = time.perf_counter()
-        staged, self._staged = self._staged, None
-        if staged is None or staged[2].version != version:
+        staged = self._staged
+        if staged is None or staged[2].version != version:  # the staged version (if any) stays for its own commit
             raise RuntimeError(f"sglang_lora: commit of version {version}, but the staged version is "
                                f"{staged[2].version if staged else None}: nothing is served (the sync's first phase "
                                "did not run here, e.g. the server restarted in between)")
+        self._staged = None
         name, action, push, verified = staged
         if failure is not None:
             logger.error("sglang_lora: version %d staged as %s is NOT served: %s", version, name, failure)
@@ -353,6 +362,14 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         logger.info("sglang_lora: adapter %s active (version %d, %s) %s", name, push.version, action, stats)
         return {"action": action, "name": name, "version": push.version, "stats": dataclasses.asdict(stats),
                 "resident": {"ran": [], **self._resident_state()}, "verify": verified}
+
+    async def _drop_staged(self) -> None:
+        """A staged version a new sync replaces is never served: a load is unloaded (its name retired), a written
+        slot simply stays idle."""
+        staged, self._staged = self._staged, None
+        if staged is not None and staged[1] == "load":
+            self.adapters.unloading.add(staged[0])
+            await self._unload([staged[0]])
 
     async def _verify_load(self, push: AdapterPush, name: str) -> dict[str, Any] | None:
         """Run the client's loader ``verify`` of the version just loaded, before its activation. The loader answers
@@ -393,8 +410,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 for slot, fields in zip(RESIDENT_SLOTS, (push.request_fields, push.resident["slot_fields"])):
                     request = io_struct(LORA_REQUEST_CLASS)(lora_name=slot, pinned=True, **fields)
                     await self._sglang_call("load_lora_adapter_from_tensors", request)  # SGLang's own load of v
-                for op, slot, blobs in attach:
-                    await self._loader_call(blobs)
+                for op, slot, blobs in attach:  # tracing a large model keeps the scheduler busy: not watched
+                    await self._loader_call(blobs, watched=False)
             except SGLangRequestError as exc:  # e.g. the pool cannot pin two slots: versioned loads from now on
                 self._disable_resident(f"creating the slots failed: {exc}")
                 await self._drop_slots()
@@ -421,10 +438,13 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         slots.written = slot
         return [("write", slot)]
 
-    async def _loader_call(self, blobs: list[bytes]) -> None:
+    async def _loader_call(self, blobs: list[bytes], watched: bool = True) -> None:
         """One request to the plugin's custom weight loader in SGLang's scheduler (its status reaches the client
         through the shared status tensor; SGLang's own answer is checked here)."""
-        await send_loader_request(self._sglang_call, blobs, LOADER_PATH, self.weight_session)
+        async def call(method: str, request: Any) -> Any:
+            return await self._sglang_call(method, request, watched=watched)
+
+        await send_loader_request(call, blobs, LOADER_PATH, self.weight_session)
 
     async def close_weight_update_session(self) -> bool:
         """Close the in-place writes' held session (the sync client calls this before a base-weight update, which
@@ -461,8 +481,9 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                         await self._loader_call(detach_request(slot))
                     except SGLangRequestError as exc:
                         logger.warning("sglang_lora: detaching resident slot %s failed: %s", slot, exc)
-            self.adapters.permanent.difference_update(RESIDENT_SLOTS)
+            # unloaded while still permanent: a request released meanwhile cannot hand them out as stale as well
             await self._unload([s for s in RESIDENT_SLOTS if self._sglang_holds(s) is not False])
+            self.adapters.permanent.difference_update(RESIDENT_SLOTS)
             self.resident.created = self.resident.attached = False
             self.resident.active = self.resident.written = None
         await self.weight_session.close(self._sglang_call, quietly=True)
@@ -484,15 +505,18 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         if KV_CACHE not in self.memory.released:  # otherwise at resume_memory(kv_cache)
             await self._serve_newest_adapter(flush=None if self.prefix_tags.supported else "switch")
 
-    async def _sglang_call(self, method: str, request: Any) -> Any:
+    async def _sglang_call(self, method: str, request: Any, watched: bool = True) -> Any:
         """One adapter request through the tokenizer manager this actor owns; SGLang's refusal raises with its
         message; a call that does not return within ``http_timeout_s``, or whose scheduler answers no health probe
         within ``health_timeout_s`` meanwhile (``runtime/watchdog``), is an error, never a hang."""
         tm, timeout = self.tokenizer_manager, self.settings.http_timeout_s
-        probe = getattr(tm, "get_internal_state", None)
+        if getattr(self, "_watchdog_tm", None) is not tm:  # one watchdog per SGLang launch
+            self._watchdog_tm = tm
+            self._watchdog = Watchdog(getattr(tm, "get_internal_state", None), self.settings.health_timeout_s)
+        # Shielded: a call given up on is left to finish in SGLang (cancelling it would wedge SGLang's communicator)
+        watch = self._watchdog if watched else Watchdog(None, self.settings.health_timeout_s)
         try:
-            result = await call_watched(getattr(tm, method)(request, None), probe, timeout,
-                                        self.settings.health_timeout_s / 2, self.settings.health_timeout_s)
+            result = await watch.call(asyncio.shield(getattr(tm, method)(request, None)), timeout)
         except asyncio.TimeoutError:
             running = self.adapters.status()["in_flight"]  # a weight update waits for these (SGLang's update lock)
             raise SGLangRequestError(method, None, f"no answer within {timeout:g} s (engine_kwargs.sglang_lora."

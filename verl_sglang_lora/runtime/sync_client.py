@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -171,7 +172,6 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         fields = {} if inplace else self._request_fields(config_dict, adapter)
         calls, resident = self._resident_calls(adapter, config_dict, version, inplace)
         t_request = time.perf_counter()
-        snapshot_ms = await self._snapshot(version, adapter, config_dict, global_steps)
         canary = None
         if self.settings.canary:
             canary = CanaryExpectation.of(adapter.tensors, self._served_scaling,
@@ -179,18 +179,25 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         stats = SyncStats(
             version=version, tensors=len(adapter.entries), bytes=adapter.nbytes,
             collect_ms=round((t_collect - t0) * 1e3, 2), request_ms=round((t_request - t_collect) * 1e3, 2),
-            snapshot_ms=snapshot_ms, total_ms=round((time.perf_counter() - t0) * 1e3, 2),
+            total_ms=round((time.perf_counter() - t0) * 1e3, 2),
         )
-        push = AdapterPush(version, adapter.fingerprint, global_steps, fields, stats, canary, resident)
+        # the push's identity: the layout and this sync (a call Ray re-sends carries the same one and is acknowledged;
+        # another push of the same version is a new one)
+        push = AdapterPush(version, f"{adapter.fingerprint}:{uuid.uuid4().hex[:16]}", global_steps, fields, stats,
+                           canary, resident)
 
         def with_load_fields() -> LoaderCall | None:  # the ordinary load's fields, and the loader's verify of it
             push.request_fields = self._request_fields(config_dict, adapter)
-            return verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
+            verify = verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
+            return verify
 
         verify = verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
         result = await self.server_actor.sync_adapter.remote(push)
         if result["action"] == "need_fields":  # e.g. a restarted server holds no slots yet
             verify = with_load_fields()
+            result = await self.server_actor.sync_adapter.remote(push)
+        if result["action"] == "need_verify":  # the server loads this version under a revision name
+            verify = verify_for_push(self._load_verifier, push, adapter.tensors, result["name"])
             result = await self.server_actor.sync_adapter.remote(push)
         failed = self._check_resident(result, calls)
         if failed:  # never served: the server drops the staged write, then the version is loaded the ordinary way
@@ -208,6 +215,9 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
                 await self.server_actor.commit_adapter.remote(version, str(exc))
                 raise
             result = await self.server_actor.commit_adapter.remote(version)
+            # only a served version is kept for a restarted server (it serves the snapshot without a check)
+            result.setdefault("stats", {})["snapshot_ms"] = await self._snapshot(version, adapter, config_dict,
+                                                                                 global_steps, push.fingerprint)
         logger.info("sglang_lora: adapter sync %s", result)
         return result
 
@@ -244,14 +254,15 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             logger.info("sglang_lora: resident slots attached: %s", attach_summary(ran))
         return verdict
 
-    async def _snapshot(self, version: int, adapter: FlatAdapter, config: dict, global_steps: int | None) -> float:
+    async def _snapshot(self, version: int, adapter: FlatAdapter, config: dict, global_steps: int | None,
+                        fingerprint: str) -> float:
         """Keep the adapter where a restarted server finds it (only with server_max_restarts > 0)."""
         if self.settings.server_max_restarts == 0:
             return 0.0
         t0 = time.perf_counter()
         if self._snapshot_root is None:  # fixed per server actor (job, node, name), also across its restarts
             self._snapshot_root = Path(await self.server_actor.snapshot_dir.remote())
-        write_snapshot(self._snapshot_root, name=adapter_name(version), version=version, fingerprint=adapter.fingerprint,
+        write_snapshot(self._snapshot_root, name=adapter_name(version), version=version, fingerprint=fingerprint,
                        global_steps=global_steps, tensors=adapter.tensors, peft_config=config)
         return round((time.perf_counter() - t0) * 1e3, 2)
 

@@ -178,20 +178,21 @@ def verify_for_push(verifier: ResidentRequests | None, push: Any, adapter: dict[
 
 
 def check_load_verify(result: dict, call: LoaderCall | None) -> None:
-    """Stop the run when SGLang's pool holds other bytes for the loaded version than the trainer sent; say so when
-    the server could not run the check."""
+    """Raise ``LoadVerifyError`` unless the loader proved the loaded version's pool bytes equal the trainer's: a
+    mismatch, and a check that did not decide (not run, no answer, a loader error), both keep it from being served.
+    Nothing to check where no loader runs (``call`` None: TP > 1, launched without it)."""
     state = result.get("verify")
     if call is None or not state:
         return
+    version, name = result.get("version"), result.get("name")
     if not state.get("ran"):
-        logger.warning("sglang_lora: version %s loaded without the byte-level check: %s", result.get("version"),
-                       state.get("reason"))
-        return
+        raise LoadVerifyError(f"sglang_lora: version {version} loaded as {name} could not be verified byte for byte "
+                              f"in SGLang's pool ({state.get('reason')}); it is not served")
     failed = check_results([call])
     if failed is None:
         return
     if call.result()["error"] == P.ErrorCode.MISMATCH:
-        raise LoadVerifyError(f"sglang_lora: SGLang serves version {result.get('version')} as {result.get('name')} "
-                              f"with other bytes than the trainer sent (loader verify): {failed}")
-    logger.warning("sglang_lora: version %s loaded without the byte-level check: the loader's verify did not "
-                   "decide: %s", result.get("version"), failed)
+        raise LoadVerifyError(f"sglang_lora: SGLang holds version {version} as {name} with other bytes than the "
+                              f"trainer sent (loader verify): {failed}")
+    raise LoadVerifyError(f"sglang_lora: the loader's verify of version {version} as {name} did not decide: {failed}; "
+                          "it is not served")
