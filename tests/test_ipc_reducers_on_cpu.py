@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from tests.conftest import sglang_or_skip  # noqa: E402
+
 _REPLAY = r"""
 import json
 from torch.multiprocessing import reductions
@@ -33,7 +35,7 @@ print(json.dumps(out))
 
 
 def test_unpatched_scheduler_cannot_rebuild_a_patched_producers_tensor() -> None:
-    pytest.importorskip("sglang.srt.utils.patch_torch")
+    sglang_or_skip("sglang.srt.utils.patch_torch")
     proc = subprocess.run([sys.executable, "-c", _REPLAY], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -44,7 +46,7 @@ def test_unpatched_scheduler_cannot_rebuild_a_patched_producers_tensor() -> None
 
 @pytest.mark.parametrize("tp_size", [1, 4])
 def test_priming_update_carries_no_tensors_for_each_rank(tp_size: int) -> None:
-    pytest.importorskip("sglang.srt.managers.io_struct")
+    sglang_or_skip("sglang.srt.managers.io_struct")
     from sglang.srt.managers.io_struct import UpdateWeightsFromTensorReqInput
     from sglang.srt.utils import MultiprocessingSerializer
 
@@ -59,7 +61,7 @@ def test_priming_update_carries_no_tensors_for_each_rank(tp_size: int) -> None:
 
 
 def test_a_refused_priming_update_is_an_error_with_sglangs_message() -> None:
-    pytest.importorskip("sglang.srt.managers.io_struct")
+    sglang_or_skip("sglang.srt.managers.io_struct")
     import asyncio
 
     from verl_sglang_lora.sglang_contract.ipc_reducers import needs_priming, prime_scheduler_reducers

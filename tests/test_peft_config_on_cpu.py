@@ -9,6 +9,7 @@ import pytest
 
 from verl_sglang_lora.sglang_contract.target_modules import LoRAConfigError
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
+from tests.conftest import sglang_or_skip
 
 
 def _sglang_normalize(target_modules):
@@ -99,7 +100,7 @@ def test_megatron_names_reach_the_adapter_config_as_the_hf_modules_sglang_serves
 def test_installed_sglang_is_asked_whether_it_reads_the_string():
     from verl_sglang_lora.sglang_contract.target_modules import sglang_reads_all_linear_string
 
-    utils = pytest.importorskip("sglang.srt.lora.utils")
+    utils = sglang_or_skip("sglang.srt.lora.utils")
     assert sglang_reads_all_linear_string() is (utils.get_normalized_target_modules("all-linear") == {"all"})
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
+from tests.conftest import sglang_or_skip
 
 from verl_sglang_lora.runtime.sync.prefix_tags import PrefixTags
 from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
@@ -13,7 +13,7 @@ def _request(**kwargs):
 
 
 def test_tags_follow_the_version_each_name_holds() -> None:
-    pytest.importorskip("sglang")
+    sglang_or_skip("sglang")
     tags = PrefixTags(struct_fields(io_struct("GenerateReqInput")))
     assert tags.supported  # every release the plugin supports declares extra_key; a new one that drops it flushes
     tags.set("slot0", 4)
@@ -37,7 +37,7 @@ def test_tags_follow_the_version_each_name_holds() -> None:
 
 
 def test_batches_are_tagged_with_all_their_versions() -> None:
-    pytest.importorskip("sglang")
+    sglang_or_skip("sglang")
     tags = PrefixTags(struct_fields(io_struct("GenerateReqInput")))
     tags.set("slot1", 7)
     tags.set("slot0", 2)

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("sglang")
+from tests.conftest import sglang_or_skip  # noqa: E402
+
+sglang_or_skip("sglang")
 pytest.importorskip("verl")
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,10 @@ def _function_source(root: Path, name: str) -> str:
 def test_sglangs_update_lock_drains_running_requests(version) -> None:
     root = ROOT / ".cache" / "sglang" / version
     if not root.is_dir():
-        pytest.skip(f"SGLang {version} is not prepared (bash scripts/sglang_release.sh {version})")
+        message = f"SGLang {version} is not prepared (bash scripts/sglang_release.sh {version})"
+        if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":  # the suite's own run prepares every release
+            pytest.fail(message)
+        pytest.skip(message)
     generate = _function_source(root, "_handle_batch_request") + _function_source(root, "generate_request")
     update = _function_source(root, "update_weights_from_tensor")
     assert "model_update_lock.reader_lock" in generate, "generate requests no longer hold the update lock"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import sglang_or_skip  # noqa: E402
+
 from verl_sglang_lora.benchmarks import engine_args, parse
 from verl_sglang_lora.tools.sync_matrix import PathTimes, flat_rows, guard, print_table
 
@@ -64,7 +66,7 @@ def test_rows_carry_the_fields_the_h200_file_needs(capsys) -> None:
 
 def test_each_rank_gets_its_own_engine_at_that_max_rank(monkeypatch, tmp_path) -> None:
     """As the plugin launches SGLang (max_lora_rank = the adapter's rank); a launch that fails is that rank's rows."""
-    pytest.importorskip("sglang")
+    sglang_or_skip("sglang")
     from verl_sglang_lora.tools import benchmarks, sync_matrix
 
     launched, stopped = [], []

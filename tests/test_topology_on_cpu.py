@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import sglang_or_skip  # noqa: E402
+
 pytest.importorskip("verl")
 pytest.importorskip("hydra")
 
@@ -88,7 +90,7 @@ def actor_group(tp: int = 2, second_group_tp: int | None = None) -> str:
 
 # ---- the installed ServerArgs -------------------------------------------------------------------------------
 def test_server_args_fields_are_the_installed_ones(server_args_fields):
-    sa = pytest.importorskip("sglang.srt.server_args")
+    sa = sglang_or_skip("sglang.srt.server_args")
     assert server_args_fields == fields_of(sa.ServerArgs)
     assert {"tp_size", "mem_fraction_static", "lora_target_modules", "context_length"} <= server_args_fields
     # the doctor reads them from the source (no SGLang import in-process): the same set

@@ -152,9 +152,11 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             logger.warning("sglang_lora: %d LoRA tensors in a base-weight sync were not sent as base weights", dropped)
 
     async def _sync_adapter(self, weights: Iterable[tuple[str, torch.Tensor]], peft_config: Any, global_steps: int | None) -> dict:
-        """Gather the adapter into the persistent device buffer, then one call to the server actor: load, activate,
-        step, canary. A snapshot for restart recovery is written before the call, so a server lost mid-load
-        recovers this version (and Ray's re-sent call is then acknowledged)."""
+        """Gather the adapter into the persistent device buffer, then two calls to the server actor: stage the version
+        (written in place or loaded, checked by the loader), then, once this client has read a verified answer,
+        commit it (served, step set, canary). The snapshot for restart recovery is written after the commit: a
+        restarted server serves it without a check, so it only ever holds a served version (a server lost in the
+        first phase recovers the previous version, and Ray's re-sent call stages this one again)."""
         t0 = time.perf_counter()
         if not self._is_leader():
             for _ in weights:  # consume in lockstep with the leader in case the producer runs collectives
