@@ -4,8 +4,6 @@ SGLang's real pool are driven in tests/test_resident_actor_on_cpu.py."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 
@@ -40,25 +38,25 @@ def test_the_verify_names_the_version_and_only_rides_with_a_load():
     assert verify_for_push(None, no_loader, ADAPTER, "verl_lora_v7") is None and no_loader.verify is None
 
 
-def test_a_mismatch_stops_the_run_and_a_skipped_check_is_loud(caplog):
+def test_a_mismatch_or_an_undecided_check_keeps_the_version_from_being_served():
     sglang_or_skip("sglang.srt.utils")
     call = verify_for_push(ResidentRequests(torch.device("cpu")), _push({"config_dict": {}}), ADAPTER, "verl_lora_v7")
     result = {"version": 7, "name": "verl_lora_v7", "verify": {"ran": True}}
-    P.write_status(call.status, {P.STATE: P.OK, P.SEQ: call.seq, P.N_COPIES: 1})  # the loader's answer: equal
-    check_load_verify(result, call)
-    P.write_message(call.message, "the pool holds other bytes for 'verl_lora_v7' than the tensors sent: slot "
-                                  "checksum (1, 2) != source (3, 4)")
+    P.write_status(call.status, {P.STATE: P.OK, P.SEQ: call.seq, P.N_COPIES: 1, P.VERIFIED_BY: P.BY_PAIRS})
+    check_load_verify(result, call)  # the loader's answer: equal
+    P.write_message(call.message, "the pool's bytes for 'verl_lora_v7': 1 of 1 blocks differ from the trainer's bytes")
     P.write_status(call.status, {P.STATE: P.FAILED, P.ERROR: 12, P.SEQ: call.seq})
-    with pytest.raises(LoadVerifyError, match=r"verl_lora_v7 with other bytes.*\(1, 2\) != source \(3, 4\)"):
+    with pytest.raises(LoadVerifyError, match=r"verl_lora_v7 with other bytes.*differ from the trainer's bytes"):
         check_load_verify(result, call)
-    with caplog.at_level(logging.WARNING):
-        check_load_verify({"version": 7, "verify": {"ran": False, "reason": "built for another name"}}, call)
-        P.write_message(call.message, "No available buffer slots")  # the loader could not decide: not a mismatch
-        P.write_status(call.status, {P.STATE: P.FAILED, P.ERROR: 2, P.SEQ: call.seq})
+    with pytest.raises(LoadVerifyError, match="could not be verified.*launched without the plugin's loader"):
+        check_load_verify({"version": 7, "name": "verl_lora_v7",
+                           "verify": {"ran": False, "reason": "this server was launched without the plugin's loader"}},
+                          call)
+    P.write_message(call.message, "No available buffer slots")  # the loader could not decide: not a mismatch
+    P.write_status(call.status, {P.STATE: P.FAILED, P.ERROR: 2, P.SEQ: call.seq})
+    with pytest.raises(LoadVerifyError, match="did not decide.*No available buffer slots"):
         check_load_verify(result, call)
-        P.write_status(call.status, {P.STATE: P.OK, P.SEQ: call.seq - 1})  # an older request's answer
+    P.write_status(call.status, {P.STATE: P.OK, P.SEQ: call.seq - 1})  # an older request's answer
+    with pytest.raises(LoadVerifyError, match="never answered request"):
         check_load_verify(result, call)
-    assert "loaded without the byte-level check: built for another name" in caplog.text
-    assert "did not decide: verify verl_lora_v7" in caplog.text and "No available buffer slots" in caplog.text
-    assert "never answered request" in caplog.text
     check_load_verify({"version": 7, "verify": None}, call)  # an in-place sync: nothing to check

@@ -2,10 +2,11 @@
 against the real ``SGLangLoRARollout`` in a Ray actor (tests/server_probe.py: SGLang's engine and HTTP side are
 stand-ins; the tensor-load body is validated with SGLang's own request class).
 
-- a peft adapter (names as verl's FSDP engine hands them over, on CPU) goes through collect -> snapshot -> one call
-  to the server actor (load under ``verl_lora_v<step>``, activation, step, canary);
+- a peft adapter (names as verl's FSDP engine hands them over, on CPU) goes through collect -> the server actor's
+  two phases (staged under ``verl_lora_v<step>``, then committed: activation, step, canary) -> the snapshot of the
+  committed version;
 - with ``server_max_restarts=1`` the server dies in the middle of that load; Ray re-sends the call to the restarted
-  actor, which recovered the snapshot written before the call, so the re-sent push is acknowledged, not lost;
+  actor, which stages the version again (no snapshot yet: none was ever committed), and the client commits it;
 - an adapter with non-zero ``lora_B`` that the server does not apply (the stand-in ignores adapters) fails the
   canary loudly: the step stops instead of training on the base policy's samples.
 """
@@ -84,10 +85,10 @@ def test_client_syncs_follows_a_restarted_server_and_the_canary_catches_an_ignor
 
     sync1, state1 = out["sync1"], out["state1"]
     assert sync1["version"] == 1 and sync1["name"] == "verl_lora_v1"
-    assert sync1["action"] == "ack"  # the re-sent call found version 1 already recovered from the snapshot
+    assert sync1["action"] == "load"  # the re-sent call staged version 1 on the restarted server; then committed
     assert out["snapshot_tensors"] == 2 * 7 * 2  # A and B of 7 projections in each of the 2 layers
     assert state1["restarts"] == 1  # the server died mid-load and was recovered before the re-sent call
-    assert [d["lora_name"] for d in state1["loaded_from_disk"]] == ["verl_lora_v1"]
+    assert state1["loaded_from_disk"] == []  # nothing committed before the crash: no snapshot to serve
     assert state1["active"] == "verl_lora_v1" and state1["global_steps"] == 1
     assert state1["last_canary"]["verdict"] == "pass"  # LoRA's initial all-zero B changes nothing
     assert out["snapshot"] == {"name": "verl_lora_v1", "version": 1}
