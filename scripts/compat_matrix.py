@@ -14,8 +14,7 @@ A cell is
             and composition pass on V;
   red       some of that fails -- with the failing checks, the condition under which they apply, and the error;
   untested  a probe could not run (release dir missing, probe crashed).
-All of it is CPU evidence. GPU runtime is recorded per cell as a note: only verl 0.9.1 x SGLang 0.5.12 and 0.5.23
-have any (docs/validation.md), and the note says exactly what it covers.
+All of it is CPU evidence. GPU runtime is a note per cell, read from the records in docs/results (scripts/records.py).
 """
 
 from __future__ import annotations
@@ -42,61 +41,45 @@ MD_OUT = ROOT / "docs" / "compatibility.md"
 PROBE_TIMEOUT_S = 300
 SCHEMA = 1
 
-GPU_EVIDENCE = {
-    ("0.9.1", "0.5.12"): (
-        "runs, docs/validation.md (2026-12-02, one H200, tp=1): GRPO with rollout.name=sglang_lora completed "
-        "4-5 steps with FSDP2 and 4 steps with Megatron (Megatron-Bridge LoRA, TransformerEngine, "
-        "attention_backend=unfused), every adapter sync accepted, a trained adapter served (canary after every "
-        "sync); merge mode and no LoRA 2 steps each; a killed server recovered with no step lost; tests/gpu passed. "
-        "2026-12-03 (session 7): the resident in-place sync through 50 FSDP2 GRPO steps (every sync in place, 0 "
-        "fallbacks), 0.6B/8B slot writes byte-exact with SGLang's own load, four injected faults recovered. "
-        "2026-12-04 (session 12): the Megatron example with the in-place sync, 4 GRPO steps (every sync in place, 0 "
-        "fallbacks). Not run: tp>1, actor TP/PP>1, more than one GPU."
-    ),
-    ("0.9.1", "0.5.23"): (
-        "runs, docs/validation.md sessions 14-16 (2026-12-04, one H200, tp=1, the torch 2.14.1 bundle with cuDNN "
-        "9.24): tests/gpu passed (4 of 4, session 16); the FSDP2 GRPO example with the served-effect proof, 4 steps, "
-        "every sync in place (0 fallbacks, sync 7.9-10.3 ms), proof pass at steps 2-4 (k = 0.9998-1.0001, tol "
-        "+-0.032), 0 base-policy or stale samples; in the mis-scaled run (lora_alpha x 0.25 told to SGLang) "
-        "the attach guard turned the in-place path off and the proof stopped the run at k = 0.271; the sync matrix at 0.6B r8/r32/r128 and 8B r32/r128 with "
-        "every path, byte-exact. Session 17: each versioned load after that fallback verified byte for byte in SGLang's "
-        "pool (loader op=verify), the proof stopping the mis-scaled run at k = 0.280. Stock verl: its launch raises on "
-        "the msgspec ServerArgs (seen on the H200). The Megatron example (session 22, on an H100; megatron-core "
-        "0.18.2, megatron-bridge 0.5.1, TE 2.17.1 built against torch 2.14.1, attention_backend=unfused): 4 GRPO "
-        "steps, every sync in place (write + verify 1.98-3.49 ms, whole sync 13.8-15.5 ms), 0 fallbacks, canary pass, "
-        "0 base-policy or stale samples, rollout-vs-trainer probability gap 3.5-3.7e-6; megatron-bridge 0.5.1's "
-        "re-registration of qwen3_asr (which transformers 5.19 ships; it stopped the example at import in session "
-        "17) is skipped by the plugin's guard (runtime/bridge_registrations.py) with its three WARNINGs; the "
-        "trainer's cuDNN check logged the host's 9.14 loaded under torch 2.14.1's 9.24 (harmless with unfused "
-        "attention, which uses no cuDNN). Install set: constraints/verl0.9.1-sglang0.5.23.txt + "
-        "constraints/requires/ (verl --no-deps); it resolves from PyPI to its pins (session 19), the GPU runs used "
-        "the offline bundle. Not run: tp>1, more than one GPU."
-    ),
-}
+RESULTS = ROOT / "docs" / "results"
 GPU_NONE = "not exercised (CPU contract only)"
-# What the resident in-place path did on a GPU per SGLang release (the CPU probe says only whether it applies)
-RESIDENT_GPU = {
-    "0.5.12": (
-        "On the H200 (docs/benchmarks.md): 0.6B r8/r32 4.41/4.22 ms p50, 8B r8/r32 9.55/10.10 ms, byte-exact. The write "
-        "as one CUDA graph (`runtime/resident/graphed_write.py`), session 21 on an H100, 200 ms idle before each sync: "
-        "0.6B r32 **3.90 ms** p50 (19.5x disk), 8B r32 **4.33 ms** (80.8x disk), byte-exact; tests/gpu 7 passed."
-    ),
+
+
+def gpu_evidence() -> dict[tuple[str, str], str]:
+    """Per (verl, SGLang): what ran on a GPU, from the records in docs/results (scripts/records.py)."""
+    runs: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        for r in json.loads(path.read_text(encoding="utf-8")):
+            versions = r.get("versions") or {}
+            if r.get("gpu") and versions.get("verl") and versions.get("sglang"):
+                runs.setdefault((versions["verl"], versions["sglang"]), []).append(
+                    f"{r['kind']} ({r['date']}, {r['gpu']}, `{r['commit']}`)")
+    return {cell: "runs: " + "; ".join(items) + " -- docs/validation.md, docs/benchmarks.md" for cell, items in runs.items()}
+
+
+def tested_sets() -> dict[str, dict[str, str]]:
+    """The GPU-tested install sets (constraints/verl*-sglang*.txt): the versions of the packages that define them."""
+    out = {}
+    for path in sorted((ROOT / "constraints").glob("verl*-sglang*.txt")):
+        pins = {}
+        for raw in path.read_text(encoding="utf-8").splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if "==" in line:
+                name, version = (p.strip() for p in line.split("==", 1))
+                if name in ("verl", "sglang", "torch", "transformers"):
+                    pins[name] = version
+        out[path.stem] = pins
+    return out
+
+
+# How the resident in-place path runs per SGLang release, beyond whether the CPU probe says it applies
+RESIDENT_NOTE = {
     "0.5.23": (
         "Writes run inside SGLang's weight-update session (0.5.23 refuses tensor updates outside one): the server "
-        "actor begins one at the first write (`begin_weight_update(selector=target)`) and holds it, closing it before "
-        "a base-weight sync, after a fallback and at a relaunch; falls back, naming the reason, where the session's "
-        "end would re-process base weights: a quantized checkpoint, `rollout.quantization` / "
-        "`engine_kwargs.sglang.quantization` / `torchao_config`, a mixture-of-experts base "
-        "(`runtime/resident/support.py::session_unsafe_base`). On the H200 (session 16, held session): 0.6B "
-        "r8/r32/r128 **6.42/6.97/7.38 ms** p50, 8B r32/r128 **7.98/11.97 ms**, byte-exact; 0.5.23's own request path "
-        "costs 4.3-6.1 ms by itself (the header-only floor; 1.6-2.1 ms on 0.5.12), the loader 1.2-2.2 ms "
-        "(docs/benchmarks.md). Session 17: the loader keeps the answer of 0.5.23's per-request derived-weight-cache "
-        "check (a walk of every module on each update; `runtime/resident/update_check_cache.py`): 0.6B r8/r32 "
-        "**3.99/5.21 ms** p50 against 6.88/10.91 ms with SGLang's own check in the same engine, the header-only "
-        "request 1.72/2.36 ms against 4.50/8.05 ms. The write as one CUDA graph "
-        "(`runtime/resident/graphed_write.py`), session 22 on an H100, 200 ms idle before each sync: 0.6B r32 "
-        "**2.90 ms** p50 (18.3x disk; eager 3.02 ms, with SGLang's own check 4.83 ms, in the same engine), "
-        "byte-exact; the Megatron example's syncs ran as that graph too."
+        "actor begins one at the first write and holds it, closing it before a base-weight sync, after a fallback "
+        "and at a relaunch; it falls back, naming the reason, where the session's end would re-process base weights "
+        "(a quantized checkpoint, `rollout.quantization`, `torchao_config`, a mixture-of-experts base: "
+        "`runtime/resident/support.py::session_unsafe_base`)."
     ),
 }
 
@@ -339,7 +322,7 @@ def decide(cells: dict, verls: dict) -> dict:
         vprob = probe_problem(verls[v])
         for s in SGLANG_RELEASES:
             data = cells[(v, s)]
-            cell: dict[str, Any] = {"gpu": GPU_EVIDENCE.get((v, s), GPU_NONE)}
+            cell: dict[str, Any] = {"gpu": gpu_evidence().get((v, s), GPU_NONE)}
             problem = probe_problem(data) or (f"verl {v}: {vprob}" if vprob else None)
             if problem:
                 cell.update(status="untested", reasons=[problem], gaps=[], summary=problem)
@@ -472,7 +455,7 @@ def render_md(matrix: dict, command: str) -> str:
           "engine really hands over, the probe continues with a `peft.LoraConfig` (the type its signature names) "
           "to show what breaks next. Three steps of the run itself are run against the release too: the launch's "
           "`dataclasses.fields(ServerArgs)`, building verl's HTTP client under the release's `EngineBase`, and whether "
-          "its base-weight sync opens the weight-update session the release requires (all three seen on the H200 with "
+          "its base-weight sync opens the weight-update session the release requires (all three break verl's run on "
           "SGLang 0.5.23). Breaks in path order (launch, then the adapter sync), engines in brackets:", ""]
     L.append("| verl \\ SGLang | " + " | ".join(matrix["sglang_releases"]) + " |")
     L.append("|---|" + "---|" * len(matrix["sglang_releases"]))
@@ -514,8 +497,7 @@ def render_md(matrix: dict, command: str) -> str:
                  f"| `{md_escape(f['launch_route'])}` | {', '.join(f['cpu_stubs_loaded']) or '-'} |")
     L += ["", "Adapter wire form and scheduler priming (`sglang_contract/lora_request.py`, `sglang_contract/ipc_reducers.py`): "
           "where `load_lora_adapter_from_tensors` does not apply SGLang's torch patch itself, a fresh scheduler dies on "
-          "the first CUDA-IPC adapter load (`no attribute '_rebuild_cuda_tensor_original'`, H200, docs/validation.md "
-          "session 4); the plugin's server sends an empty `update_weights_from_tensor` after every launch.", "",
+          "the first CUDA-IPC adapter load (`no attribute '_rebuild_cuda_tensor_original'`); the plugin's server sends an empty `update_weights_from_tensor` after every launch.", "",
           "| SGLang | adapter tensors travel as | its adapter load applies the torch patch (read from `tp_worker.py`) "
           "| priming update decoded, each rank reads `[]` | resident in-place sync (rollout TP 1; `runtime/resident/support.py`) |",
           "|---|---|---|---|---|"]
@@ -525,8 +507,8 @@ def render_md(matrix: dict, command: str) -> str:
             res = f.get("resident") or {}
             resident = ("not probed" if not res.get("ok") else "applies" if res.get("unsupported") is None
                         else f"falls back: {md_escape(res['unsupported'])}")
-            if s in RESIDENT_GPU:
-                resident += f". {RESIDENT_GPU[s]}"
+            if s in RESIDENT_NOTE:
+                resident += f". {RESIDENT_NOTE[s]}"
             L.append(f"| {s} | `{f['adapter_wire']}` | {'yes' if f['lora_load_patches'] else 'no'} "
                      f"| {'yes' if f['priming_update_ok'] else 'NO'} | {resident} |")
     L += ["", "## Per verl release", "",
@@ -554,7 +536,7 @@ def render_md(matrix: dict, command: str) -> str:
         row = [f"{cells[v][s].get('probe_s', '-')} s" for s in matrix["sglang_releases"]]
         L.append(f"| {v} | " + " | ".join(row) + f" | {vf[v].get('probe_s', '-')} s |")
     L += ["", "## Not covered", "",
-          "- GPU runtime of every cell but verl 0.9.1 x SGLang 0.5.12 / 0.5.23 (and there only what the notes say): CUDA-IPC "
+          "- GPU runtime of every cell but those with records (the GPU notes above): CUDA-IPC "
           "handles, the LoRA kernels, sleep/wake on real memory, tp > 1 on real devices.",
           "- verl 0.8.0 / 0.9.0 run from `--no-deps` dirs with the venv's numpy 2 / transformers 5: good for their "
           "registries, config trees and request code, not a training runtime (docs/cpu_environment.md).",
@@ -590,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         "sglang": sglang_facts(cells),
         "verl": verl_facts(verls),
         "cells": decide(cells, verls),
+        "tested_sets": tested_sets(),
     }
     md = render_md(matrix, command)
     if args.no_write:

@@ -307,3 +307,18 @@ def test_target_modules_are_checked_without_sglang_installed(tiny_qwen3, monkeyp
     rows = {c.name: c for c in d.checks}
     assert rows["target modules"].status == OK, rows["target modules"]
     assert "q_proj" in rows["target modules"].detail and "down_proj" in rows["target modules"].detail
+
+
+def test_an_untested_combination_is_said_with_the_tested_sets() -> None:
+    """A plain install can land on a stack no GPU run used (e.g. torch 2.14 and transformers 5.10 beside verl 0.9.1 and
+    SGLang 0.5.12): doctor says so, naming the tested sets and the install command; a tested set is OK."""
+    from verl_sglang_lora.tools.doctor import OK, WARN, tested_set_row
+
+    status, detail, fix = tested_set_row({"verl": "0.9.1", "sglang": "0.5.12", "torch": "2.11.0",
+                                          "transformers": "5.9.0"})
+    assert status == OK and detail.startswith("verl0.9.1-sglang0.5.12")
+    status, detail, fix = tested_set_row({"verl": "0.9.1", "sglang": "0.5.12", "torch": "2.14.1",
+                                          "transformers": "5.10.4"})
+    assert status == WARN and detail.startswith("untested combination: verl 0.9.1, sglang 0.5.12, torch 2.14.1")
+    assert "verl0.9.1-sglang0.5.23: verl 0.9.1, sglang 0.5.23, torch 2.14.1, transformers 5.19.0" in detail
+    assert "constraints/verl0.9.1-sglang0.5.12.txt" in fix

@@ -111,6 +111,23 @@ def compat_matrix() -> dict[str, Any]:
     return json.loads(resources.files("verl_sglang_lora.tools").joinpath(MATRIX_RESOURCE).read_text(encoding="utf-8"))
 
 
+def tested_set_row(versions: dict[str, str | None]) -> tuple[str, str, str]:
+    """(status, detail, fix): whether verl, SGLang, torch and transformers as installed are one of the GPU-tested
+    sets (``tested_sets`` of the shipped matrix, from constraints/); an untested combination is said, with the sets
+    and the command that installs the default one."""
+    sets = compat_matrix().get("tested_sets") or {}
+    installed = {k: _base(versions.get(k) or "") for k in ("verl", "sglang", "torch", "transformers")}
+    for name, pins in sets.items():
+        if all(installed.get(k) == _base(v) for k, v in pins.items()):
+            return OK, f"{name} (verl {pins.get('verl')}, SGLang {pins.get('sglang')}, torch {pins.get('torch')}, " \
+                       f"transformers {pins.get('transformers')})", ""
+    order = ("verl", "sglang", "torch", "transformers")
+    listed = "; ".join(f"{n}: " + ", ".join(f"{k} {p[k]}" for k in order if k in p) for n, p in sets.items())
+    have = ", ".join(f"{k} {v or 'missing'}" for k, v in installed.items())
+    return WARN, f"untested combination: {have}; the tested sets are {listed}", \
+        "pip install '.[gpu]' -c constraints/verl0.9.1-sglang0.5.12.txt, then SGLang with --no-deps (docs/install.md)"
+
+
 def matrix_cell(verl_version: str | None, sglang_version: str | None) -> tuple[str, str]:
     """(status, text) of the compatibility-matrix cell for an installed pair.
 
@@ -355,6 +372,8 @@ class Doctor:
                          INSTALL_HINTS[pkg])
         status, text = matrix_cell(self.versions["verl"], self.versions["sglang"])
         self.add("compat matrix", status, text, "" if status == OK else "see docs/compatibility.md")
+        if self.versions["verl"] and self.versions["sglang"]:
+            self.add("tested set", *tested_set_row(self.versions))
         if self.versions["torch"]:
             self.guarded("cuDNN", self.check_cudnn)
 
@@ -873,7 +892,7 @@ def format_table(checks: list[Check]) -> str:
 
 
 # rows about what is installed rather than the config: their FAILs alone give EXIT_ENVIRONMENT
-ENVIRONMENT_ROWS = ("version ", "compat matrix", "cuDNN", "megatron stack", "megatron-bridge pins", "entry point",
+ENVIRONMENT_ROWS = ("version ", "compat matrix", "tested set", "cuDNN", "megatron stack", "megatron-bridge pins", "entry point",
                     "registration", "request shape")
 EXIT_OK, EXIT_CONFIG, EXIT_ENVIRONMENT = 0, 1, 3
 
