@@ -1,4 +1,4 @@
-"""A reward that asks a frozen judge served by the plugin (issue 18's GPU proof; examples/topology_judge.yaml).
+"""A reward that asks a frozen judge served by the plugin (examples/topology_judge.yaml).
 
 The judge is found by name, ``verl_sglang_lora.topology.model_url("judge")``, and scores each response by its own
 log-probs: the reward is exp(mean token log-prob of "Answer: <response>") under the judge, in (0, 1]. Different

@@ -1,4 +1,4 @@
-"""Every bad LoRA setting of issue 17 is served as trained or refused before any GPU is taken.
+"""Every bad LoRA setting is served as trained or refused before any GPU is taken.
 
 Driven through verl 0.9.1's real config trees (``compose_config``: ``ppo_trainer`` / ``ppo_megatron_trainer`` plus the
 plugin's overlay), real peft adapters saved with ``save_pretrained`` (what ``model.lora_adapter_path`` points at) and

@@ -72,7 +72,7 @@ def test_megatron_bridge_qwen3_asr_under_sglang_0523_transformers(guard: str, tm
     out = _run(QWEN3_ASR, [_overlay(tmp_path, bridge), bridge], GUARD=guard)
     assert out["transformers"] == lock_pin("requirements-sglang0.5.23.lock", "transformers")
     assert out["served_by"].startswith("transformers.models.qwen3_asr.")
-    if guard == "0":  # the H200's failure (docs/validation.md, session 17)
+    if guard == "0":  # the failure without the guard
         assert out["error"] and "'qwen3_asr' is already used by a Transformers config" in out["error"]
         assert out["skipped"] == []
         return

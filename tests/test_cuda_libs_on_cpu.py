@@ -59,7 +59,7 @@ def _install_cudnn_wheel(root: Path, version: str) -> Path:
 
 
 def test_a_mismatch_with_the_pinned_cudnn_installed_names_the_other_copy(tmp_path, monkeypatch):
-    """The Megatron trainer on SGLang 0.5.23's bundle (session 22): torch's 9.24 installed, the host's 9.14 loaded
+    """The Megatron trainer on SGLang 0.5.23's bundle: torch's 9.24 installed, the host's 9.14 loaded
     first. The fix names the copy that was loaded and where the pinned one is, instead of advising an install."""
     lib = _install_cudnn_wheel(tmp_path, "9.24.0.43")
     monkeypatch.syspath_prepend(str(tmp_path))

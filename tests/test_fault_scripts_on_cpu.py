@@ -1,4 +1,4 @@
-"""The CPU-testable pieces of the GPU fault run and soak (scripts/device/faults.sh, soak.sh; issue 17 items 3-4):
+"""The CPU-testable pieces of the GPU fault run and soak (scripts/device/faults.sh, soak.sh; items 3-4):
 the test-only unload hook (its spec, that it fires once on the Nth unload, that the real ``_unload`` takes it as
 SGLang's refusal), the bash helpers that find processes by title and mark the log, the fault report on a log built
 from the real log-line formats (as verl, Ray and SGLang print them), and the memory sampler's rows and report."""

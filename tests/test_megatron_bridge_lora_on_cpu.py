@@ -1,6 +1,6 @@
 """verl 0.9.1's Megatron LoRA path, through megatron-bridge 0.5.1, under the transformers SGLang 0.5.23 pins.
 
-On the H200 (session 17) the Megatron example on SGLang 0.5.23 died at ``from megatron.bridge import AutoBridge``:
+The Megatron example on SGLang 0.5.23 died at ``from megatron.bridge import AutoBridge``:
 megatron-bridge 0.5.1 declares ``transformers<5.9`` and 0.5.23 pins 5.19. The plugin's registration guard gets the
 import through (tests/test_bridge_registrations_on_cpu.py). This test drives what comes after it in verl's engine, on
 the CPU, with the real packages: the Megatron carry's megatron-core / megatron-bridge / modelopt and SGLang 0.5.23's

@@ -1,4 +1,4 @@
-"""Issue 18 items 2-3 on CPU, against the real installed SGLang ``ServerArgs``, verl's config trees and Ray: group
+"""On CPU, against the real installed SGLang ``ServerArgs``, verl's config trees and Ray: group
 overrides win at launch, each verl replica is its actor engine, frozen models never get a sync, the frozen engines'
 exact ServerArgs and command line, ``model_url`` across processes, teardown, and the run-time refusals. A running
 SGLang needs a GPU (scripts/device/topology_run.sh); here a stand-in answers ``/health``."""

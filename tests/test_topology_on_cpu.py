@@ -1,4 +1,4 @@
-"""The SGLang topology YAML (issue 18 items 1 and 4) against the real installed SGLang ``ServerArgs`` and verl's
+"""The SGLang topology YAML against the real installed SGLang ``ServerArgs`` and verl's
 config trees: every refusal names the key path inside the YAML and the fix; a valid LoRA actor + frozen judge
 yields the expected placement, and the doctor prints it."""
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The FSDP example as a new user runs it on an air-gapped GPU host (issue 19 item 2): no /tmp/site on the path, no
+# The FSDP example as a new user runs it on an air-gapped GPU host: no /tmp/site on the path, no
 # VSL_SKIP_SETUP -- the example finds the offline bundle by itself (the checkout's .whl/ or /tmp/whl), builds
 # .venv-gpu from it once, checks it, runs.
 # Then the same command again: the env is reused (its set-up takes seconds). Logs under $OUT.

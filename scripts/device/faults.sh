@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17 item 3 on the GPU: ONE verl GRPO run (the FSDP example, STEPS=12) with server restarts allowed, into which
+# The fault run on the GPU: ONE verl GRPO run (the FSDP example, STEPS=12) with server restarts allowed, into which
 # four faults are injected in turn, each at its own adapter version, so each recovery is seen on its own:
 #   unload_fail        the unload of version FAULT_UNLOAD_VERSION (2), at the sync of v3, is refused once: test-only
 #                      hook (verl_sglang_lora/runtime/fault_injection.py, VERL_SGLANG_LORA_INJECT); retried at v4

@@ -1,4 +1,4 @@
-"""Memory of a verl + SGLang run over time, for the soak (scripts/device/soak.sh, issue 17 item 4).
+"""Memory of a verl + SGLang run over time, for the soak (scripts/device/soak.sh, item 4).
 
     python3 scripts/device/mem_sampler.py sample --log RUN_LOG --csv OUT.csv [--interval 2] [--until-pid PID]
     python3 scripts/device/mem_sampler.py report --csv OUT.csv [--warmup 5] [--window 10] [--png PNG] [--log RUN_LOG]

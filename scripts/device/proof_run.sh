@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU proof of the served-effect check (issue 17 item 1): the FSDP example with an adapter trained hard enough that its
+# GPU proof of the served-effect check: the FSDP example with an adapter trained hard enough that its
 # effect stands far above bf16 noise (high LR), served correctly (the check must pass) or mis-scaled
 # (VERL_SGLANG_LORA_INJECT=served_scale:v0:FACTOR, test-only: the adapter config SGLang gets carries lora_alpha x FACTOR,
 # the trainer keeps its own scaling). The config reaches SGLang only when an adapter is loaded -- the two resident

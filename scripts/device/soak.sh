@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17 item 4 on the GPU: a STEPS=50 GRPO run of the FSDP example (the plugin's defaults) with memory sampled
+# The memory soak on the GPU: a STEPS=50 GRPO run of the FSDP example (the plugin's defaults) with memory sampled
 # in the background every SOAK_INTERVAL (2) s by scripts/device/mem_sampler.py: host RSS per process class (by the
 # titles Ray and SGLang give their processes: ray::WorkerDict = trainer, ray::SGLangLoRARollout = server actor,
 # sglang::scheduler, ...), GPU memory per class where nvidia-smi's pids are ours, and the whole GPU. Afterwards a

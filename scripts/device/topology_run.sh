@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18 item 5, the GPU proof (sessions 9-10: 4 steps with the judge, ~350 s on a fresh machine; docs/validation.md): one GRPO run (STEPS=4) of the FSDP2 LoRA example with
+# The topology GPU run: one GRPO run (STEPS=4) of the FSDP2 LoRA example with
 # examples/topology_judge.yaml -- the actor plus a frozen judge served by SGLang on the same GPU -- and the reward
 # examples/judge_reward.py, which finds the judge by name (model_url("judge")) and scores with its log-probs.
 #   bash scripts/device/topology_run.sh [extra hydra overrides...]      (one H200; logs under $OUT)

@@ -6,10 +6,10 @@
 # 5 tests/gpu, 6 benchmarks, 7 kill-and-recover, 8 Megatron (needs the Megatron wheels in /tmp/mcore and the TE torch
 # build: scripts/device/megatron_stack.sh), 9 resident slot checks (0.6B and 8B shapes, r32; RESIDENT_SHAPES)
 # (7 is also a trained-adapter run: 6 steps with the graded offline reward, the server killed after version 3),
-# 10 fault run (issue 17 item 3: one 12-step run, four faults at successive versions; FAULT_STEPS), 11 memory soak
-# (issue 17 item 4: SOAK_STEPS=50 steps, ~180 s + ~5 s a step = ~430 s; lower SOAK_STEPS if steps run slower).
-# 12 the sync matrix (issue 16 item 4: python -m verl_sglang_lora.benchmarks, ranks 8/32/128, both shapes; MATRIX_ARGS).
-# 13/14 the served-effect proof (issue 17 item 1: proof_run.sh pass / misscaled).
+# 10 fault run (item 3: one 12-step run, four faults at successive versions; FAULT_STEPS), 11 memory soak
+# (item 4: SOAK_STEPS=50 steps, ~180 s + ~5 s a step = ~430 s; lower SOAK_STEPS if steps run slower).
+# 12 the sync matrix (item 4: python -m verl_sglang_lora.benchmarks, ranks 8/32/128, both shapes; MATRIX_ARGS).
+# 13/14 the served-effect proof (item 1: proof_run.sh pass / misscaled).
 # 10-14 each need a call of their own: ONLY="10" ... 1 580, then ONLY="11" ... 1 580, ONLY="12" ... 1 580.
 # Each step gets min(its own cap, what is left of BUDGET_S); a step that would get < 90 s is left for the next
 # call, printed as "NEXT_STEPS=..." (a device call is limited to 600 s). A verl run needs ~3 min to its first

@@ -3,7 +3,7 @@
 megatron-bridge 0.5.1 registers its own copy of Qwen3-ASR with transformers' Auto classes when it is imported
 (``AutoConfig.register("qwen3_asr", ...)``, without ``exist_ok``). transformers 5.19 is SGLang 0.5.23's pin, and it
 ships ``qwen3_asr`` itself. So ``from megatron.bridge import AutoBridge`` raises ``'qwen3_asr' is already used by a
-Transformers config`` and verl's Megatron engine never starts (seen on the H200, docs/validation.md, session 17).
+Transformers config`` and verl's Megatron engine never starts (seen with megatron-bridge 0.5.1 and transformers 5.19).
 
 megatron-bridge 0.6.2 decides the way this guard does: where transformers has the model type, transformers' classes
 serve it, and the vendored copy is not registered. The guard applies only to a registration from a

@@ -1,8 +1,8 @@
 """TEST-ONLY fault injection for the GPU fault and proof runs (scripts/device/faults.sh, proof_run.sh).
 
 Off unless ``VERL_SGLANG_LORA_INJECT`` is set in the server actor's environment (Ray workers inherit the driver's);
-a real run never sets it, and then the hook is one dictionary lookup per unload. It exists because two faults of
-issue 17 cannot be caused from outside on demand: SGLang refusing an unload, and a kill that lands while an adapter
+a real run never sets it, and then the hook is one dictionary lookup per unload. It exists because two faults
+cannot be caused from outside on demand: SGLang refusing an unload, and a kill that lands while an adapter
 sync is in flight (the sync takes ~15 ms, too short for an external kill to hit).
 
 The value is a comma-separated list of ``KIND:WHICH[:SECONDS]``:

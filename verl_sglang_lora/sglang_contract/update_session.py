@@ -81,7 +81,7 @@ class HeldSession:
     For the resident path's in-place writes: SGLang 0.5.23 checks the session only in tensor / distributed updates
     and begin/end themselves (not in generation, LoRA loads or memory release), and on the bases the resident path
     accepts on such a release (unquantized, dense: ``runtime/resident/support.session_unsafe_base``) begin and end
-    change no served weight. Holding it saves two scheduler round trips per write (session 15 on the H200: the
+    change no served weight. Holding it saves two scheduler round trips per write (on an H200 the
     in-place write took 21-23 ms with a session per write, of it 1.9 ms the loader's own work). Anything else that
     updates weights (verl's base sync) must ``close`` it first: SGLang refuses a second begin.
     """

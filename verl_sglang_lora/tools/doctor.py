@@ -484,7 +484,7 @@ class Doctor:
             self.guarded("megatron stack", self.check_megatron_stack, cfg)
             self.guarded("megatron-bridge pins", self.check_megatron_bridge_pins)
 
-    # ---- topology (issue 18 items 1 and 4; docs/topology.md) ----------------------------------------------
+    # ---- topology (docs/topology.md) ----------------------------------------------
     def check_topology(self, cfg: Any) -> None:
         from verl_sglang_lora.topology import TopologyError, format_placement, plan_placement, summary
         from verl_sglang_lora.topology.schema import SETTING, server_args_fields_from_source, topology_from_config

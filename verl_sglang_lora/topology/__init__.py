@@ -1,4 +1,4 @@
-"""SGLang topology in one YAML (issue 18): slime's ``--sglang-config`` schema, validated on CPU before any GPU is
+"""SGLang topology in one YAML: slime's ``--sglang-config`` schema, validated on CPU before any GPU is
 allocated, the planned placement, the actor replicas' per-group overrides, and the frozen models launched beside
 the actor and found by name (:func:`model_url`). See docs/topology.md for what has and has not run on a GPU."""
 

@@ -1,4 +1,4 @@
-"""The frozen models' engines (``update_weights: false``): which GPUs, which exact ``ServerArgs`` (issue 18 item 3).
+"""The frozen models' engines (``update_weights: false``): which GPUs, which exact ``ServerArgs``.
 
 Each engine's kwargs are the plan's placement (model path, TP size, the first of its GPUs as device 0 of the
 ``CUDA_VISIBLE_DEVICES`` it gets) with the group's ``overrides`` on top -- the highest precedence, as for the actor.

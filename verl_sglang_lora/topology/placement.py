@@ -2,8 +2,8 @@
 
 The actor's groups take the trainer's GPUs in order (verl's hybrid engine puts one rollout replica on every
 ``trainer.n_gpus_per_node x trainer.nnodes`` GPU, ``tensor_model_parallel_size`` GPUs each). Frozen models are
-planned beside it, on the same GPUs, laid out one after the other from GPU 0 (the one-GPU layout of issue 18's
-proof: actor + judge on one H200); their memory share is theirs to set (``overrides.mem_fraction_static``).
+planned beside it, on the same GPUs, laid out one after the other from GPU 0 (the one-GPU layout:
+actor + judge on one GPU); their memory share is theirs to set (``overrides.mem_fraction_static``).
 GPU ids are global ranks: node = id // trainer.n_gpus_per_node.
 """
 

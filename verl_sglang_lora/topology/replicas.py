@@ -1,4 +1,4 @@
-"""Which of the actor's server groups each of verl's rollout replicas is (issue 18 item 2).
+"""Which of the actor's server groups each of verl's rollout replicas is.
 
 verl 0.9.1 builds ``trainer GPUs // rollout TP`` replicas from one ``RolloutConfig``; replica ``r`` holds trainer ranks
 ``[r*tp, (r+1)*tp)`` (``LLMServerManager._initialize_llm_servers``, ``RolloutReplica.init_hybrid``). The placement plan
