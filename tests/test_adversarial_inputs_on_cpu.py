@@ -68,3 +68,17 @@ def test_the_canary_bound_carries_the_lora_scaling() -> None:
     assert judge_canary(unmoved, CanaryExpectation.of(tensors, scaling=1e-6), "tiny") == "inconclusive"
     with pytest.raises(CanaryError, match="did not change the served log-probs"):
         judge_canary(unmoved, CanaryExpectation.of(tensors, scaling=2.0), "real")
+
+
+def test_each_prompt_of_a_request_is_given_the_adapter_it_reads() -> None:
+    """A batch request names one adapter per prompt; the prompts that leave it to the plugin (None, or verl's fixed
+    name) get the active version, explicit choices are kept and leased by name."""
+    from verl_sglang_lora.runtime.sync.versions import (VERL_FIXED_ADAPTER_NAME, explicit_adapters, fill_adapter,
+                                                         wants_active)
+
+    batch = [None, "eval_adapter", VERL_FIXED_ADAPTER_NAME]
+    assert explicit_adapters(batch) == ["eval_adapter"] and wants_active(batch)
+    assert fill_adapter(batch, "verl_lora_v3") == ["verl_lora_v3", "eval_adapter", "verl_lora_v3"]
+    assert fill_adapter(VERL_FIXED_ADAPTER_NAME, "verl_lora_v3") == "verl_lora_v3"
+    assert fill_adapter("eval_adapter", "verl_lora_v3") == "eval_adapter" and not wants_active("eval_adapter")
+    assert fill_adapter([None, None], None) == [None, None]  # before the first sync: the base policy, said once

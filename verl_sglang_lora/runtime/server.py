@@ -49,7 +49,8 @@ from verl_sglang_lora.runtime.sync.canary import CanaryExpectation, canary_promp
 from verl_sglang_lora.runtime.sync.metrics import SyncMetrics
 from verl_sglang_lora.runtime.sync.prefix_tags import PrefixTags
 from verl_sglang_lora.runtime.sync.snapshot import clear_snapshots, snapshot_root
-from verl_sglang_lora.runtime.sync.versions import AdapterVersions, Lease
+from verl_sglang_lora.runtime.sync.versions import (AdapterVersions, Lease, explicit_adapters, fill_adapter,
+                                                     wants_active)
 from verl_sglang_lora.verl_glue.imports import load_verl_sglang_server, refuse_sglang_cpu_engine
 
 _verl_server = load_verl_sglang_server()
@@ -57,17 +58,8 @@ _verl_server = load_verl_sglang_server()
 logger = logging.getLogger(__name__)
 logger.setLevel(logging.INFO)
 
-VERL_FIXED_ADAPTER_NAME = "verl_actor_lora_name"  # what verl's own generate() puts in lora_path
 UNREAD_SYNCS_WARNING = 3  # adapter syncs with no drain_metrics() between: verl's metrics hook is not installed
 _current_lease: contextvars.ContextVar[Lease | None] = contextvars.ContextVar("sglang_lora_lease", default=None)
-
-
-def explicit_adapters(obj: Any) -> list[str]:
-    """The adapter names a generate request chose itself (``lora_path``: one name or one per prompt), verl's fixed
-    name aside (the plugin replaces it with the active version)."""
-    path = getattr(obj, "lora_path", None)
-    return [p for p in (path if isinstance(path, list) else [path])
-            if isinstance(p, str) and p and p != VERL_FIXED_ADAPTER_NAME]
 
 
 class SGLangLoRARollout(_verl_server.SGLangHttpServer):
@@ -166,17 +158,23 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self._raw_generate_request = raw
 
         async def generate_request(obj: Any, request: Any = None):
-            named = explicit_adapters(obj)
+            path = getattr(obj, "lora_path", None)
+            named = explicit_adapters(path)
             served = self.adapters.active.name if self.adapters.active else None
             unserved = [n for n in named if n in RESIDENT_SLOTS and n != served]
             if unserved:  # its bytes may be a write not yet verified, or one that failed its check
                 raise ValueError(f"sglang_lora: {unserved[0]} is a resident slot that is not the served adapter "
                                  f"version (that is {served}); name the served one or none")
             lease = _current_lease.get()
-            # a request is leased to the adapter it reads: the one it names, else the active one
-            own = [self.adapters.acquire_named(n) for n in named] or ([self.adapters.acquire()] if lease is None else [])
+            # a request is leased to each adapter it reads: the ones it names, and the active one for the rest
+            own = [self.adapters.acquire_named(n) for n in named]
+            active = lease
+            if wants_active(path) and lease is None:
+                active = self.adapters.acquire()
+                own.append(active)
             try:
-                self._name_adapter(obj, lease or (own[0] if own and not named else None))
+                if wants_active(path):
+                    self._name_adapter(obj, active)
                 self.prefix_tags.tag(obj)
                 async for out in raw(obj, request):
                     yield out
@@ -187,20 +185,16 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         tm.generate_request = generate_request
 
     def _name_adapter(self, obj: Any, lease: Lease | None) -> None:
-        current = getattr(obj, "lora_path", None)
-        if current not in (None, VERL_FIXED_ADAPTER_NAME):
-            return  # an explicit choice (e.g. the canary or a pinned evaluation) is kept
-        if lease is None:
-            if not self._warned_no_adapter:
-                logger.warning(
-                    "sglang_lora: a generate request arrived before any adapter was loaded; it is served by the "
-                    "BASE policy (adapter version -1). verl syncs the adapter before the first rollout, so this "
-                    "means the weight sync did not run."
-                )
-                self._warned_no_adapter = True
-            obj.lora_path = None
-            return
-        obj.lora_path = lease.name
+        """Every prompt that left its adapter to the plugin is given the active version (explicit choices, e.g. the
+        canary or a pinned evaluation, are kept); before the first sync that is the base policy, said once."""
+        if lease is None and not self._warned_no_adapter:
+            logger.warning(
+                "sglang_lora: a generate request arrived before any adapter was loaded; it is served by the "
+                "BASE policy (adapter version -1). verl syncs the adapter before the first rollout, so this "
+                "means the weight sync did not run."
+            )
+            self._warned_no_adapter = True
+        obj.lora_path = fill_adapter(getattr(obj, "lora_path", None), lease.name if lease else None)
 
     async def _release(self, lease: Lease | None) -> None:
         """Unpin; a version no request holds any more is unloaded now (awaited: its failure is seen)."""

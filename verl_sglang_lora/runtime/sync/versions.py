@@ -10,9 +10,32 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 MAX_VERSION = 2**63 - 1
 NAME_PREFIX = "verl_lora_v"
+VERL_FIXED_ADAPTER_NAME = "verl_actor_lora_name"  # what verl's own generate() puts in lora_path
+UNNAMED = (None, VERL_FIXED_ADAPTER_NAME)  # a request that leaves the adapter to the plugin
+
+
+def explicit_adapters(lora_path: Any) -> list[str]:
+    """The adapter names a generate request chose itself (``lora_path``: one name or one per prompt), verl's fixed
+    name aside (the plugin replaces it with the active version)."""
+    return [p for p in (lora_path if isinstance(lora_path, list) else [lora_path])
+            if isinstance(p, str) and p and p not in UNNAMED]
+
+
+def wants_active(lora_path: Any) -> bool:
+    """Whether some prompt of the request leaves its adapter to the plugin (then it is served the active version)."""
+    return lora_path in UNNAMED or (isinstance(lora_path, list) and any(p in UNNAMED for p in lora_path))
+
+
+def fill_adapter(lora_path: Any, name: str | None) -> Any:
+    """``lora_path`` with every prompt that left its adapter to the plugin given ``name`` (the active version; None:
+    the base model), explicit choices kept."""
+    if isinstance(lora_path, list):
+        return [name if p in UNNAMED else p for p in lora_path]
+    return name if lora_path in UNNAMED else lora_path
 
 
 def adapter_name(version: int, revision: int = 0) -> str:
