@@ -44,7 +44,8 @@ push = AdapterPush(3, "fp3", 3, fields, SyncStats(version=3, bytes=2048, total_m
                    {"zero": True, "effect_bound": 0.0, "min_delta": 0.0})
 out["staged"] = ray.get(srv.sync_adapter.remote(push))
 out["served_while_staged"] = ray.get(srv.adapter_status.remote())["active_name"]
-out["plan"] = ray.get(srv.commit_adapter.remote(3))
+out["plan"] = ray.get(srv.commit_adapter.remote(3, None, 1.5))
+out["commit_again"] = ray.get(srv.commit_adapter.remote(3))  # as Ray re-sends it to a server that recovered v3
 out["again"] = ray.get(srv.sync_adapter.remote(push))  # an exact re-push is acknowledged, not loaded again
 out["calls_while_released"] = ray.get(srv.calls.remote())
 out["resumed_weights"] = ray.get(srv.resume_memory.remote(["weights"]))
@@ -92,6 +93,8 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     assert {k: v for k, v in relaunch.items() if k != "load_format"} == {k: v for k, v in launch.items() if k != "load_format"}
 
     assert out["staged"]["staged"] is True and out["served_while_staged"] is None  # served only at the commit
+    assert (out["commit_again"]["action"], out["commit_again"]["name"]) == ("ack", "verl_lora_v3")
+    assert out["plan"]["stats"]["snapshot_ms"] == 1.5  # the client's snapshot, in the sync's figures
     assert {k: out["plan"][k] for k in ("action", "name", "version")} == {"action": "load", "name": "verl_lora_v3",
                                                                            "version": 3}
     assert out["plan"]["stats"]["bytes"] == 2048 and out["plan"]["stats"]["load_ms"] >= 0

@@ -319,13 +319,19 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         return {"action": action, "name": name, "version": push.version, "staged": True,
                 "resident": {"ran": ran or [], **self._resident_state()}, "verify": verified}
 
-    async def commit_adapter(self, version: int, failure: str | None = None) -> dict[str, Any]:
+    async def commit_adapter(self, version: int, failure: str | None = None,
+                             snapshot_ms: float = 0.0) -> dict[str, Any]:
         """Phase two: serve the version staged by :meth:`sync_adapter` (the client read a verified answer), set verl's
         step and run the canary; with ``failure`` (the client's check failed) the staged version is never served: an
         in-place write turns the resident path off (the client then loads the version the ordinary way), a load is
-        unloaded."""
+        unloaded. ``snapshot_ms``: the client's recovery snapshot of this version, for the sync's figures. A commit
+        Ray re-sends to a restarted server that recovered this version from that snapshot is acknowledged."""
+        await self._recover_if_restarted()
         t0 = time.perf_counter()
         staged = self._staged
+        active = self.adapters.active
+        if staged is None and failure is None and active is not None and active.version == version:
+            return {"action": "ack", "name": active.name, "version": version, "resident": self._resident_state()}
         if staged is None or staged[2].version != version:  # the staged version (if any) stays for its own commit
             raise RuntimeError(f"sglang_lora: commit of version {version}, but the staged version is "
                                f"{staged[2].version if staged else None}: nothing is served (the sync's first phase "
@@ -347,10 +353,11 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             await self._drop_slots()  # after a fallback: no request is given a slot any more
         await self.set_global_steps(push.global_steps if push.global_steps is not None else push.version)
         stats = push.stats
+        stats.snapshot_ms = round(snapshot_ms, 2)
         stats.inplace = int(action == "inplace")
         stats.load_verified = int(bool(verified and verified["ran"]))
         stats.activate_ms = round((time.perf_counter() - t0) * 1e3, 2)
-        stats.total_ms = round(stats.total_ms + stats.load_ms + stats.activate_ms, 2)
+        stats.total_ms = round(stats.total_ms + stats.load_ms + snapshot_ms + stats.activate_ms, 2)
         self.sync_metrics.record_sync(stats)
         self._warn_if_metrics_unread()
         logger.info("sglang_lora: adapter %s active (version %d, %s) %s", name, push.version, action, stats)
@@ -513,10 +520,11 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             result = await watch.call(asyncio.shield(getattr(tm, method)(request, None)), timeout)
         except asyncio.TimeoutError:
             running = self.adapters.status()["in_flight"]  # a weight update waits for these (SGLang's update lock)
+            probed = " while the scheduler answered its health probes" if watch.probe else ""
             raise SGLangRequestError(method, None, f"no answer within {timeout:g} s (engine_kwargs.sglang_lora."
-                                     f"http_timeout_s) while the scheduler answered its health probes; requests "
-                                     f"still running per adapter: {running or 'none'} -- a weight update waits for "
-                                     "them (SGLang's model_update_lock)") from None
+                                     f"http_timeout_s){probed}; requests still running per adapter: "
+                                     f"{running or 'none'} -- a weight update waits for them (SGLang's "
+                                     "model_update_lock)") from None
         except SchedulerHung as exc:
             raise SGLangRequestError(method, None, f"{exc} (engine_kwargs.sglang_lora.health_timeout_s): the "
                                      "scheduler is hung or dead; see its log") from None

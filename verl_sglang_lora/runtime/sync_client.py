@@ -154,9 +154,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
     async def _sync_adapter(self, weights: Iterable[tuple[str, torch.Tensor]], peft_config: Any, global_steps: int | None) -> dict:
         """Gather the adapter into the persistent device buffer, then two calls to the server actor: stage the version
         (written in place or loaded, checked by the loader), then, once this client has read a verified answer,
-        commit it (served, step set, canary). The snapshot for restart recovery is written after the commit: a
-        restarted server serves it without a check, so it only ever holds a served version (a server lost in the
-        first phase recovers the previous version, and Ray's re-sent call stages this one again)."""
+        commit it (served, step set, canary). The snapshot for restart recovery is written between the verified answer
+        and the commit: a restarted server serves it without a check, so it only ever holds a verified version (a
+        server lost in the first phase recovers the previous version, and Ray's re-sent call stages this one
+        again; one lost in the commit recovers this version, and the re-sent commit is acknowledged)."""
         t0 = time.perf_counter()
         if not self._is_leader():
             for _ in weights:  # consume in lockstep with the leader in case the producer runs collectives
@@ -190,8 +191,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
 
         def with_load_fields() -> LoaderCall | None:  # the ordinary load's fields, and the loader's verify of it
             push.request_fields = self._request_fields(config_dict, adapter)
-            verify = verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
-            return verify
+            return verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
 
         verify = verify_for_push(self._load_verifier, push, adapter.tensors, adapter_name(version))
         result = await self.server_actor.sync_adapter.remote(push)
@@ -216,10 +216,9 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             except LoadVerifyError as exc:
                 await self.server_actor.commit_adapter.remote(version, str(exc))
                 raise
-            result = await self.server_actor.commit_adapter.remote(version)
-            # only a served version is kept for a restarted server (it serves the snapshot without a check)
-            result.setdefault("stats", {})["snapshot_ms"] = await self._snapshot(version, adapter, config_dict,
-                                                                                 global_steps, push.fingerprint)
+            # kept for a restarted server only once verified (it serves the snapshot without a check)
+            snapshot_ms = await self._snapshot(version, adapter, config_dict, global_steps, push.fingerprint)
+            result = await self.server_actor.commit_adapter.remote(version, None, snapshot_ms)
         logger.info("sglang_lora: adapter sync %s", result)
         return result
 
