@@ -48,3 +48,16 @@ def test_a_client_writes_only_the_slot_the_server_does_not_serve():
 
     assert write_targets(SLOTS[0]) == (SLOTS[1],) and write_targets(SLOTS[1]) == (SLOTS[0],)
     assert write_targets(None) == SLOTS and write_targets("verl_lora_v7") == SLOTS  # after an ordinary load
+
+
+def test_mirror_bytes_is_the_adapters_flat_size() -> None:
+    """One slot's read-back mirror is the adapter's flat buffer: Qwen3-0.6B r32 all-linear (28 layers, hidden 1024,
+    16 x 128 query heads, 8 kv heads, MLP 3072) is 28 x 32 x 22,528 bf16 elements; attention-only LoRA is less."""
+    from verl_sglang_lora.runtime.resident.support import mirror_bytes
+
+    qwen3_06b = {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16, "head_dim": 128,
+                 "num_key_value_heads": 8, "intermediate_size": 3072}
+    assert mirror_bytes(qwen3_06b, 32, "all-linear") == 28 * 32 * 22528 * 2 == 40_370_176
+    attention = (3072 + 2048 + 2048 + 3072) * 32 * 28 * 2
+    assert mirror_bytes(qwen3_06b, 32, ["q_proj", "k_proj", "v_proj", "o_proj"]) == attention
+    assert mirror_bytes({"model_type": "unknown"}, 32, "all-linear") is None

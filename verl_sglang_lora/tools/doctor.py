@@ -52,7 +52,6 @@ INSTALL_HINTS = {
     "torch": f"{INSTALL_VERL} (verl's dependencies bring torch; the recipe ran on a preinstalled torch 2.11)",
     "sglang": f"not `pip install sglang` nor verl[sglang]: {INSTALL_SGLANG}, then {INSTALL_SGLANG_DEPS}",
 }
-DENSE_LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 FSDP2_FIX = ("actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 "
              "actor_rollout_ref.ref.fsdp_config.strategy=fsdp2 (the example's default)")
 
@@ -764,8 +763,10 @@ class Doctor:
                  f"{names.tie_word_embeddings}, {len(names.names)} tensors (safetensors headers)")
         if not plan.as_adapter or targets is None:
             return
+        from verl_sglang_lora.sglang_contract.target_modules import ALL_LINEAR_HF
+
         # without SGLang here, the dense decoder projections every SGLang release serves (its own list where installed)
-        supported = self.supported_modules() or list(DENSE_LORA_MODULES)
+        supported = self.supported_modules() or list(ALL_LINEAR_HF)
         # `all`: SGLang expands it per backend; PEFT's all-linear never targets the embeddings or the output head
         expanded = [m for m in supported if m not in PACKED and m not in ("embed_tokens", "lm_head")]
         wanted = expanded if targets == ["all"] else targets

@@ -87,7 +87,7 @@ LINEAR_DIMS = {  # leaf -> (in, out) in terms of the HF config (q: heads x head_
 def mirror_bytes(hf_config: Any, rank: int, target_modules: Any, dtype_bytes: int = 2) -> int | None:
     """The bytes of one slot's read-back mirror in SGLang's process: the adapter's flat buffer (A and B of every
     targeted dense projection of every layer). None where the config is not a dense decoder this can size."""
-    from verl_sglang_lora.sglang_contract.target_modules import hf_leaves
+    from verl_sglang_lora.sglang_contract.target_modules import ALL_LINEAR_HF, hf_leaves
 
     get = (lambda k: hf_config.get(k)) if isinstance(hf_config, dict) else (lambda k: getattr(hf_config, k, None))
     h, layers, heads = get("hidden_size"), get("num_hidden_layers"), get("num_attention_heads")
@@ -96,6 +96,6 @@ def mirror_bytes(hf_config: Any, rank: int, target_modules: Any, dtype_bytes: in
     head_dim = get("head_dim") or h // heads
     dims = {"h": h, "q": heads * head_dim, "kv": (get("num_key_value_heads") or heads) * head_dim,
             "i": get("intermediate_size") or 0}
-    leaves = hf_leaves(target_modules) or list(LINEAR_DIMS)
+    leaves = hf_leaves(target_modules) or ALL_LINEAR_HF
     per_layer = sum(rank * (dims[a] + dims[b]) for leaf, (a, b) in LINEAR_DIMS.items() if leaf in leaves)
     return per_layer * layers * dtype_bytes

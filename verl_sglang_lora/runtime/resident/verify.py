@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from .access import new_adapter
-from .execute import INT_VIEW
+from .execute import bits
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,10 @@ def reference_write(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor],
     return adapter
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(INT_VIEW[t.element_size()]) if t.dtype.is_floating_point else t
-
-
 def _compare(buffer: str, module: str, layer: Optional[int], a: torch.Tensor, b: torch.Tensor) -> Optional[Mismatch]:
     if a.shape != b.shape or a.dtype != b.dtype:
         return Mismatch(buffer, module, layer, -1, a.numel(), tuple(a.shape), float("nan"), float("nan"))
-    diff = _bits(a) != _bits(b)
+    diff = bits(a) != bits(b)
     count = int(diff.sum())
     if count == 0:
         return None
