@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 from verl_sglang_lora import ROLLOUT_NAME
 from verl_sglang_lora.verl_glue.config_access import cfg_path
-from verl_sglang_lora.verl_glue.config_guards import UnsupportedConfigError, config_problems
 
 FSDP2_FIX = ("actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 "
              "actor_rollout_ref.ref.fsdp_config.strategy=fsdp2")
@@ -24,6 +23,7 @@ def driver_problems(config: Any) -> list[str]:
     """Every reason the plugin cannot run ``config`` (a composed ppo_trainer / ppo_megatron_trainer config)."""
     from verl_sglang_lora.runtime.lora_plan import lora_plan
     from verl_sglang_lora.runtime.settings import PluginSettings
+    from verl_sglang_lora.verl_glue.config_guards import config_problems  # the topology reader: not at registration
 
     rollout, model = cfg_path(config, "actor_rollout_ref.rollout"), cfg_path(config, "actor_rollout_ref.model")
     problems: list[str] = []
@@ -42,6 +42,8 @@ def driver_problems(config: Any) -> list[str]:
 
 def check_driver_config(config: Any) -> None:
     """Raise ``UnsupportedConfigError`` listing every problem, for ``rollout.name=sglang_lora`` configs only."""
+    from verl_sglang_lora.verl_glue.config_guards import UnsupportedConfigError
+
     if cfg_path(config, "actor_rollout_ref.rollout.name") != ROLLOUT_NAME:
         return
     problems = driver_problems(config)

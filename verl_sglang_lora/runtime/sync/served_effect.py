@@ -163,7 +163,10 @@ def _group_sums(x: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torc
 def noise_energy(rollout: torch.Tensor, old: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> Optional[float]:
     """The numerics' energy per token (median over groups of mean(D^2)) on a batch where the trained adapter has no
     effect (old == ref on every token); None on any other batch."""
-    b = _prepare(rollout, old, ref, mask)
+    return _noise_energy(_prepare(rollout, old, ref, mask))
+
+
+def _noise_energy(b: _Batch | str) -> Optional[float]:
     if isinstance(b, str) or b.tokens == 0 or bool((b.e != 0).any()) or not bool((b.d != 0).any()):
         return None
     d2, n = _group_sums(b.d, b.keep)
@@ -173,7 +176,10 @@ def noise_energy(rollout: torch.Tensor, old: torch.Tensor, ref: torch.Tensor, ma
 def served_effect(rollout: torch.Tensor, old: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor,
                   noise_floor: Optional[float], min_snr: float) -> ServedEffect:
     """The verdict for one batch of [batch, response] log-probs, given the noise floor (energy per token)."""
-    b = _prepare(rollout, old, ref, mask)
+    return _judge(_prepare(rollout, old, ref, mask), noise_floor, min_snr)
+
+
+def _judge(b: _Batch | str, noise_floor: Optional[float], min_snr: float) -> ServedEffect:
     floor = math.nan if noise_floor is None else float(noise_floor)
     if isinstance(b, str):
         return ServedEffect(math.nan, math.nan, 0.0, math.nan, floor, math.nan, math.nan, 0, "inconclusive", b)
@@ -221,11 +227,11 @@ class ServedEffectCheck:
         self.inconclusive_run = 0
 
     def step(self, tensors: Mapping[str, torch.Tensor]) -> ServedEffect:
-        args = (tensors[ROLLOUT], tensors[OLD], tensors[REF], tensors[MASK])
-        measured = noise_energy(*args)
+        batch = _prepare(tensors[ROLLOUT], tensors[OLD], tensors[REF], tensors[MASK])  # once for both
+        measured = _noise_energy(batch)
         if measured is not None and not self.fixed:
             self.floor = measured if self.floor is None else max(self.floor, measured)
-        result = served_effect(*args, self.floor, self.min_snr)
+        result = _judge(batch, self.floor, self.min_snr)
         if result.verdict != "inconclusive":
             self.conclusive_seen, self.inconclusive_run = True, 0
         elif measured is None:
