@@ -326,6 +326,24 @@ def push_down_proj_version(server: Any, version: int) -> dict:
     return ray.get(server.commit_adapter.remote(version)) if staged.get("staged") else staged
 
 
+def resident_payload(requests: Any, adapter: Any, version: int, mode: str | None, config: dict,
+                     slots: tuple[str, ...] | None = None) -> tuple[dict, dict | None]:
+    """The loader calls and the push's ``resident`` payload as the sync client builds them: ``attach`` (the first sync
+    of a launch) or ``write`` (later syncs, for ``slots``); ``({}, None)`` for a push without the resident path."""
+    from verl_sglang_lora.runtime.resident.requests import SLOTS
+    from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
+
+    if mode == "attach":
+        attach = requests.attach(adapter.tensors, version, adapter.flat)
+        return ({(c.op, c.slot): c for c in attach},
+                {"attach": [(c.op, c.slot, c.blobs) for c in attach],
+                 "slot_fields": adapter_request_fields(config, adapter, 1)})
+    if mode == "write":
+        writes = requests.writes(version, slots or SLOTS)
+        return {("write", s): c for s, c in writes.items()}, {"writes": {s: c.blobs for s, c in writes.items()}}
+    return {}, None
+
+
 def run_probe_script(script: str, *args: str, extra_env: dict[str, str] | None = None) -> dict:
     """Run a probe script in the state of a fresh interpreter (SGLang caches import-time facts) with the repo and
     the sgl_kernel stub on the path -- forked from a pre-imported zygote (tests/probe_zygote.py) where it can be,

@@ -19,7 +19,7 @@ from verl_sglang_lora.tools.compat_probe import stub_inert_modules
 stub_inert_modules()
 import ray, torch
 torch.multiprocessing.set_sharing_strategy("file_system")
-from tests.server_probe import start_probe_server
+from tests.server_probe import resident_payload, start_probe_server
 from tests import resident_selfcheck as selfcheck
 from verl_sglang_lora.runtime.resident.requests import (ResidentRequests, SLOTS, check_load_verify, check_results,
                                                          verify_for_push, write_targets)
@@ -36,16 +36,7 @@ out = {"launch_args": ray.get(srv.server_args.remote(False))}
 def push(version, resident, failed=None, fields=True, slots=SLOTS, commit=True):
     adapter = collector.collect(iter(selfcheck.peft_adapter(8, seed=version).items()), resolve)
     f = adapter_request_fields(config, adapter, 1) if fields else {}
-    calls, payload = {}, None
-    if resident == "attach":
-        attach = requests.attach(adapter.tensors, version, adapter.flat)
-        calls = {(c.op, c.slot): c for c in attach}
-        payload = {"attach": [(c.op, c.slot, c.blobs) for c in attach],
-                   "slot_fields": adapter_request_fields(config, adapter, 1)}
-    elif resident == "write":
-        writes = requests.writes(version, slots)
-        calls = {("write", s): c for s, c in writes.items()}
-        payload = {"writes": {s: c.blobs for s, c in writes.items()}}
+    calls, payload = resident_payload(requests, adapter, version, resident, config, slots)
     result = ray.get(srv.sync_adapter.remote(AdapterPush(version, adapter.fingerprint, version, f, SyncStats(version=version),
                                                          None, payload, failed)))
     ran = [calls[tuple(x)] for x in (result.get("resident") or {}).get("ran", [])]

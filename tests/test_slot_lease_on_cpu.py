@@ -28,9 +28,9 @@ from verl_sglang_lora.tools.compat_probe import stub_inert_modules
 stub_inert_modules()
 import ray, torch
 torch.multiprocessing.set_sharing_strategy("file_system")
-from tests.server_probe import start_probe_server
+from tests.server_probe import resident_payload, start_probe_server
 from tests import resident_selfcheck as selfcheck
-from verl_sglang_lora.runtime.resident.requests import ResidentRequests, SLOTS, check_results
+from verl_sglang_lora.runtime.resident.requests import ResidentRequests, check_results
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush, adapter_request_fields
 from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
 from verl_sglang_lora.runtime.sync.metrics import SyncStats
@@ -43,18 +43,8 @@ out = {}
 
 def sync(version, mode):
     adapter = collector.collect(iter(selfcheck.peft_adapter(8, seed=version, scale=0.05).items()), resolve)
-    fields, payload, calls = {}, None, {}
-    if mode == "attach":
-        attach = requests.attach(adapter.tensors, version, adapter.flat)
-        calls = {(c.op, c.slot): c for c in attach}
-        payload = {"attach": [(c.op, c.slot, c.blobs) for c in attach], "slot_fields": adapter_request_fields(config, adapter, 1)}
-        fields = adapter_request_fields(config, adapter, 1)
-    elif mode == "write":
-        writes = requests.writes(version, SLOTS)
-        calls = {("write", s): c for s, c in writes.items()}
-        payload = {"writes": {s: c.blobs for s, c in writes.items()}}
-    else:
-        fields = adapter_request_fields(config, adapter, 1)
+    calls, payload = resident_payload(requests, adapter, version, mode, config)
+    fields = {} if mode == "write" else adapter_request_fields(config, adapter, 1)
     loader_before = sum(1 for c in ray.get(srv.calls.remote()) if c[0] == "loader")
     result = ray.get(srv.sync_adapter.remote(AdapterPush(version, adapter.fingerprint, version, fields,
                                                          SyncStats(version=version), None, payload)))
