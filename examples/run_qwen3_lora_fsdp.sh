@@ -4,7 +4,7 @@
 # FSDP2 by default: with FSDP1 (strategy=fsdp) verl 0.9.1's collect_lora_params hands over no LoRA tensors
 # (also with use_orig_params=True); the plugin refuses that empty adapter loudly.
 # With no MODEL_PATH/DATA it writes a tiny random Qwen3 + a synthetic GSM8K-style set (no downloads) and
-# runs on one GPU. For the real thing: MODEL_PATH=/models/Qwen3-0.6B DATA=/data/gsm8k NGPUS=4 ROLLOUT_TP=2.
+# runs 20 steps of the offline task on one GPU: the reward (critic/score/mean) rises from about 0.02. For the real thing: MODEL_PATH=/models/Qwen3-0.6B DATA=/data/gsm8k NGPUS=4 ROLLOUT_TP=2.
 # The served-effect check (docs/reliability.md) needs the rollout's log-probs (rollout.calculate_log_probs=True)
 # and the base model's (a reference policy: use_kl_loss=True; kl_loss_coef=0 leaves the loss unchanged).
 # Set-up, in this order (README, The two commands): (1) the GPU check, seconds, nothing built: without a usable GPU
@@ -14,7 +14,7 @@
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
-STEPS=${STEPS:-4}
+STEPS=${STEPS:-}
 NGPUS=${NGPUS:-1}
 ROLLOUT_TP=${ROLLOUT_TP:-1}
 LORA_RANK=${LORA_RANK:-32}
@@ -29,17 +29,21 @@ if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
     "$PYTHON" -m verl_sglang_lora.tools.offline_assets --out "$ASSETS" >/dev/null
     MODEL_PATH=${MODEL_PATH:-$ASSETS/model}
     DATA=${DATA:-$ASSETS/testset}
+    STEPS=${STEPS:-20}
+    # the offline task (tools/offline_reward.py): answer in digits; the tiny model's reward goes from ~0.02 to
+    # ~0.8 in about 20 steps at this learning rate (docs/learning.md)
+    LR=${LR:-2e-4}; N=${N:-8}
     # no DataLoader worker processes for 256 rows: their teardown printed a "worker killed" traceback at the end
-    SMALL=(data.train_batch_size=8 data.max_prompt_length=128 data.max_response_length=64 data.dataloader_num_workers=0
+    SMALL=(data.train_batch_size=8 data.max_prompt_length=128 data.max_response_length=32 data.dataloader_num_workers=0
            actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8
            actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8
-           # a random model never answers right: graded credit gives GRPO non-zero advantages (offline_reward.py)
            reward.custom_reward_function.path=pkg://verl_sglang_lora.tools.offline_reward reward.custom_reward_function.name=compute_score)
 else
     SMALL=(data.train_batch_size=16 data.max_prompt_length=512 data.max_response_length=256
            actor_rollout_ref.actor.ppo_mini_batch_size=16 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4
            actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4)
 fi
+STEPS=${STEPS:-4}; LR=${LR:-3e-6}; N=${N:-4}
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false FLASHINFER_DISABLE_VERSION_CHECK=1
 
@@ -58,7 +62,7 @@ exec "$PYTHON" -m verl.trainer.main_ppo \
     actor_rollout_ref.model.use_remove_padding=False \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     actor_rollout_ref.model.enable_gradient_checkpointing=True \
-    actor_rollout_ref.actor.optim.lr=3e-6 \
+    actor_rollout_ref.actor.optim.lr="$LR" \
     actor_rollout_ref.actor.use_kl_loss=True \
     actor_rollout_ref.actor.kl_loss_coef=0 \
     actor_rollout_ref.actor.entropy_coeff=0 \
@@ -71,7 +75,7 @@ exec "$PYTHON" -m verl.trainer.main_ppo \
     actor_rollout_ref.rollout.mode=async \
     actor_rollout_ref.rollout.tensor_model_parallel_size="$ROLLOUT_TP" \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
-    actor_rollout_ref.rollout.n=4 \
+    actor_rollout_ref.rollout.n="$N" \
     actor_rollout_ref.rollout.free_cache_engine=True \
     actor_rollout_ref.rollout.calculate_log_probs=True \
     actor_rollout_ref.ref.fsdp_config.param_offload=True \

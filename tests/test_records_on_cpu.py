@@ -42,3 +42,26 @@ def test_a_console_log_becomes_per_step_series(tmp_path) -> None:
     record = records.make_record("e2e", "bash examples/run_qwen3_lora_fsdp.sh", figures)
     path = records.append(record, tmp_path)
     assert json.loads(path.read_text())[0]["figures"]["steps"] == 2 and KEYS <= set(record)
+
+
+def test_a_learning_run_becomes_a_reward_curve_and_the_band_pools_the_seed_spread() -> None:
+    log = "\n".join(f"(TaskRunner) step:{i} - critic/score/mean:{r} - timing_s/step:2.0" for i, r in
+                    enumerate([0.02, 0.3, 0.9], start=1))
+    f = records.learning_figures(log, "merge", "fsdp", 2)
+    assert (f["arm"], f["trainer"], f["seed"], f["steps"]) == ("merge", "fsdp", 2, 3)
+    assert f["rewards"] == [0.02, 0.3, 0.9] and f["sync_ms"] == [None, None, None]
+    # two seeds 0.2 apart at every step: pooled s = 0.1 * sqrt(2), the band is [min - 2s, max + 2s]
+    lo, hi = records.band([[0.1, 0.5], [0.3, 0.7]])
+    s = (4 * 0.01 / 2) ** 0.5
+    assert [round(x, 9) for x in lo] == [round(0.1 - 2 * s, 9), round(0.5 - 2 * s, 9)]
+    assert [round(x, 9) for x in hi] == [round(0.3 + 2 * s, 9), round(0.7 + 2 * s, 9)]
+
+
+def test_the_learning_page_names_adapter_steps_outside_the_merge_band() -> None:
+    def rec(arm: str, seed: int, rewards: list[float]) -> dict:
+        return {"commit": "c0", "gpu": "G", "figures": {"arm": arm, "trainer": "fsdp", "seed": seed, "steps": len(rewards),
+                                                         "rewards": rewards, "tracebacks": 0}}
+    page = records.render_learning({"learning": [rec("merge", 1, [0.0, 0.5, 0.9]), rec("merge", 2, [0.0, 0.5, 0.9]),
+                                                 rec("adapter", 1, [0.0, 0.5, 0.9]), rec("adapter", 2, [0.0, 0.1, 0.9])]})
+    assert "adapter seed 1: 3 of 3 steps inside the merge band." in page
+    assert "adapter seed 2: 2 of 3 steps inside the merge band; outside at steps [2]." in page

@@ -5,7 +5,7 @@ examples and GPU smoke runs need no model hub and no dataset download:
 
 * ``<out>/model/`` -- a randomly initialised ``Qwen3ForCausalLM``
   (hidden 256, 4 layers, 4 query heads, 2 kv heads, head_dim 64, MLP 512, no tied
-  embeddings), stored as bf16 ``model.safetensors`` with ``config.json``
+  embeddings, final norm weight 4), stored as bf16 ``model.safetensors`` with ``config.json``
   (``model_type: qwen3``) and ``generation_config.json``, plus a real byte-level
   BPE tokenizer trained with the ``tokenizers`` library on the synthetic corpus
   (``tokenizer.json`` + ``tokenizer_config.json`` with a Qwen-style chat template,
@@ -14,7 +14,8 @@ examples and GPU smoke runs need no model hub and no dataset download:
 * ``<out>/testset/{train,test}.parquet`` -- GSM8K-style word problems in
   verl's row format (``data_source="openai/gsm8k"``, chat ``prompt``,
   ``ability``, ``reward_model.ground_truth``, ``extra_info``), scored by verl's
-  default ``verl.utils.reward_score.gsm8k`` (answer after ``####``).
+  default ``verl.utils.reward_score.gsm8k`` (answer after ``####``); the examples
+  train on them with ``tools/offline_reward.py`` (the learnable offline task).
 
 The examples use it as ``MODEL_PATH=$ASSETS/model`` and ``DATA=$ASSETS/testset``. Only ``numpy``, ``tokenizers`` and ``pyarrow`` are needed:
 the weights are drawn with numpy and the safetensors file is written directly, so
@@ -249,6 +250,10 @@ class TinyQwen3Spec:
     rope_theta: float = 1000000.0
     rms_norm_eps: float = 1e-6
     initializer_range: float = 0.02
+    # The final RMSNorm's weight. At 1.0 a random model's logits span only about +-5 (lm_head rows have norm
+    # 0.02 * sqrt(hidden)), so no LoRA on the linear layers can push any token's probability much above 0.1 and
+    # the offline task's reward stalls near 0.2; 4.0 gives the output range a trained model has.
+    final_norm_weight: float = 4.0
     extra: dict = field(default_factory=dict)
 
 
@@ -301,7 +306,7 @@ def _qwen3_state(spec: TinyQwen3Spec, vocab_size: int, seed: int) -> Dict[str, n
         sd[p + "mlp.gate_proj.weight"] = normal(spec.intermediate_size, h)
         sd[p + "mlp.up_proj.weight"] = normal(spec.intermediate_size, h)
         sd[p + "mlp.down_proj.weight"] = normal(h, spec.intermediate_size)
-    sd["model.norm.weight"] = ones(h)
+    sd["model.norm.weight"] = ones(h) * spec.final_norm_weight
     sd["lm_head.weight"] = normal(vocab_size, h)
     return sd
 
