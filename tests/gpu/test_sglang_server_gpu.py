@@ -78,9 +78,11 @@ def _adapter(model_path: Path, zero_b: bool):
     return normalize_peft_config(lora.peft_config["default"].to_dict()), tensors
 
 
-async def _prompt_logprobs(client: SGLangHTTPClient, lora_path):
+async def _prompt_logprobs(client: SGLangHTTPClient, lora_path, input_ids: list[int] | None = None):
+    """Served log-probs of every input token after the first (a fixed 32-token prompt unless ``input_ids``)."""
     out = await client.generate({
-        "input_ids": list(range(5, 37)), "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+        "input_ids": list(range(5, 37)) if input_ids is None else list(input_ids),
+        "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
         "return_logprob": True, "logprob_start_len": 0, "lora_path": lora_path,
     })
     return [x[0] for x in out["meta_info"]["input_token_logprobs"] if x[0] is not None]
