@@ -14,6 +14,7 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-480}
 read -ra arms <<< "$ARMS"; read -ra seeds <<< "$SEEDS"
 MEM=$(python3 -c "print(round(0.8 / ${#arms[@]} / ${#seeds[@]}, 3))")  # each SGLang's share of the GPU
 mkdir -p "$LOGDIR/results"
+export RAY_AUTH_MODE=disabled  # concurrent Ray instances would race to write one shared token file
 arm_args() {
     case $1 in
     adapter) ;;
@@ -25,8 +26,9 @@ pids=()
 for arm in "${arms[@]}"; do
     for seed in "${seeds[@]}"; do
         rank=32; [ "$arm" = reference ] && rank=0
+        # one assets folder per run: every example start rewrites its assets
         # shellcheck disable=SC2046
-        LORA_RANK=$rank STEPS=$STEPS EXP=learn_${arm}_s$seed ASSETS=/tmp/assets/tiny timeout "$RUN_TIMEOUT" \
+        LORA_RANK=$rank STEPS=$STEPS EXP=learn_${arm}_s$seed ASSETS=/tmp/assets/${arm}_s$seed timeout "$RUN_TIMEOUT" \
             bash examples/run_qwen3_lora_fsdp.sh "${SGLANG_GPU_ARGS[@]}" $(arm_args "$arm") data.seed="$seed" \
             actor_rollout_ref.rollout.seed="$seed" actor_rollout_ref.rollout.gpu_memory_utilization="$MEM" \
             actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1 > "/tmp/learn_${arm}_s$seed.log" 2>&1 &
