@@ -2,14 +2,14 @@
 # The learning comparison on one GPU: GRPO on the offline task (tools/offline_reward.py) through the FSDP example,
 # every arm x seed at once (each its own Ray instance and SGLang server, GPU memory split between them), then one
 # record per run in $OUT/results/learning.json (scripts/records.py learning).
-#   VSL_COMMIT=<sha> STEPS=30 SEEDS="1 2" ARMS="adapter merge reference" bash scripts/device/learning.sh
+#   VSL_COMMIT=<sha> STEPS=30 LR=2e-4 SEEDS="1 2" ARMS="adapter merge reference" bash scripts/device/learning.sh
 # Arms: adapter = rollout.name=sglang_lora serving the LoRA adapter; merge = the same with lora.merge=True (merged
 # weights pushed to SGLang, no adapter served); reference = full fine-tuning with verl's own rollout.name=sglang
 # (no LoRA, no plugin code on the rollout path). Seed S sets data.seed and rollout.seed.
 # Needs the offline bundle installed (scripts/device/evidence.sh installs it).
 set -uo pipefail
 source scripts/device/env.sh
-STEPS=${STEPS:-30}; SEEDS=${SEEDS:-1 2}; ARMS=${ARMS:-adapter merge reference}
+STEPS=${STEPS:-30}; LR=${LR:-2e-4}; SEEDS=${SEEDS:-1 2}; ARMS=${ARMS:-adapter merge reference}
 RUN_TIMEOUT=${RUN_TIMEOUT:-480}
 read -ra arms <<< "$ARMS"; read -ra seeds <<< "$SEEDS"
 MEM=$(python3 -c "print(round(0.8 / ${#arms[@]} / ${#seeds[@]}, 3))")  # each SGLang's share of the GPU
@@ -28,7 +28,7 @@ for arm in "${arms[@]}"; do
         rank=32; [ "$arm" = reference ] && rank=0
         # one assets folder per run: every example start rewrites its assets
         # shellcheck disable=SC2046
-        LORA_RANK=$rank STEPS=$STEPS EXP=learn_${arm}_s$seed ASSETS=/tmp/assets/${arm}_s$seed timeout "$RUN_TIMEOUT" \
+        LORA_RANK=$rank STEPS=$STEPS LR=$LR EXP=learn_${arm}_s$seed ASSETS=/tmp/assets/${arm}_s$seed timeout "$RUN_TIMEOUT" \
             bash examples/run_qwen3_lora_fsdp.sh "${SGLANG_GPU_ARGS[@]}" $(arm_args "$arm") data.seed="$seed" \
             actor_rollout_ref.rollout.seed="$seed" actor_rollout_ref.rollout.gpu_memory_utilization="$MEM" \
             actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1 > "/tmp/learn_${arm}_s$seed.log" 2>&1 &
@@ -42,7 +42,7 @@ for arm in "${arms[@]}"; do
         log=/tmp/learn_${arm}_s$seed.log
         rank=32; [ "$arm" = reference ] && rank=0
         python3 scripts/records.py learning "$log" --arm "$arm" --trainer fsdp --seed "$seed" --out "$LOGDIR/results" \
-            --command "LORA_RANK=$rank STEPS=$STEPS bash examples/run_qwen3_lora_fsdp.sh $(arm_args "$arm") data.seed=$seed actor_rollout_ref.rollout.seed=$seed (triton attention, pytorch sampling, eager)"
+            --command "LORA_RANK=$rank STEPS=$STEPS LR=$LR bash examples/run_qwen3_lora_fsdp.sh $(arm_args "$arm") data.seed=$seed actor_rollout_ref.rollout.seed=$seed (triton attention, pytorch sampling, eager)"
         grep -E "Traceback|Error" "$log" | grep -v "UserWarning\|warnings.warn" | tail -3
     done
 done
