@@ -6,7 +6,9 @@
 
 The pins are every group the offline bundle installs from the lock, read with its own reader
 (scripts/offline_bundle/build.py: read_lock), so the constraints and the bundle cannot disagree. From the lock's header:
-- the host's torch (preinstalled on the GPU host, so not among the pins) where the lock carries none;
+- the host's torch, torchvision and triton (preinstalled on the GPU host, so not among the pins) where the lock carries
+  none: `import sglang` imports all three (srt/utils/common.py), and an install of SGLang with --no-deps brings
+  neither torchvision nor triton, so a machine without them gets them from these pins;
 - ``# no-deps: NAME...``: packages whose own metadata pins a stack verl cannot resolve (sglang 0.5.12 pins
   transformers==5.6.0, which verl 0.9.1 excludes), marked ``# --no-deps`` and left out of the pair's extra; the lock
   pins what they need;
@@ -35,8 +37,8 @@ BUNDLE = ROOT / "scripts" / "offline_bundle"
 BUILD = BUNDLE / "build.py"
 LOCK = BUNDLE / "requirements.lock"  # the default pair's: the `gpu` extra
 LOCKS = (LOCK, BUNDLE / "requirements-sglang0.5.23.lock")
-# Preinstalled on the GPU host (the lock's header names its version); the GPU runs used it.
-HOST_PACKAGES = ("torch",)
+# Preinstalled on the GPU host (the lock's header names their versions); the GPU runs used them.
+HOST_PACKAGES = ("torch", "torchvision", "triton")
 NO_DEPS_MARK = "# --no-deps"
 EXTRA_MARK = "# extra:"
 DEFAULT_EXTRA = "gpu"
@@ -66,7 +68,8 @@ def _header(lock_text: str) -> str:
 
 
 def host_pins(lock_text: str, lock: Path = LOCK) -> dict[str, str]:
-    """The host's versions of HOST_PACKAGES, as the lock's header comment states them (`torch 2.11.0+cu130`)."""
+    """The host's versions of HOST_PACKAGES, as the lock's header comment states them (`torch 2.11.0+cu130`,
+    `torchvision 0.26.0`)."""
     text, pins = _header(lock_text), {}
     for name in HOST_PACKAGES:
         m = re.search(rf"\b{re.escape(name)} (\d+(?:\.\d+)+)", text)
@@ -137,7 +140,7 @@ def render(lock: Path = LOCK) -> dict[Path, str]:
     reader = _bundle_reader()
     groups = reader.bundle_groups(str(lock))
     pins = {_norm(name): version for name, version, _sdist in reader.read_lock(groups, lock)}
-    torch_from = "the torch it carries" if "torch" in pins else "the host torch its header names"
+    torch_from = "the torch it carries" if "torch" in pins else "the host packages its header names"
     for name, version in host_pins(lock_text, lock).items():
         pins.setdefault(_norm(name), version)  # a lock that carries its own torch keeps it
     marked, keep = no_deps(lock_text)

@@ -32,6 +32,7 @@ from verl_sglang_lora.tools.cli import main  # noqa: E402
 from verl_sglang_lora.tools.doctor import (  # noqa: E402
     FAIL,
     FSDP2_FIX,
+    INSTALL_GPU_SET,
     INSTALL_RECIPE,
     INSTALL_SGLANG,
     OK,
@@ -562,6 +563,8 @@ def test_doctor_install_hints_are_the_readme_recipe(monkeypatch):
     d.check_versions()
     rows = {c.name: c for c in d.checks}
     assert rows["version sglang"].status == FAIL and INSTALL_SGLANG in rows["version sglang"].fix
+    assert INSTALL_GPU_SET in rows["version sglang"].fix  # the constraints file: it pins what --no-deps leaves out
+    assert "compat matrix" not in rows and "tested set" not in rows  # a missing package is said by its row alone
     assert "pip install sglang " not in rows["version sglang"].fix.replace("`pip install sglang`", "")
     assert rows["version verl"].fix.startswith("pip install verl==0.9.1 transformers==5.9.0")
     assert rows["version torch"].status == OK

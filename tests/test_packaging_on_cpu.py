@@ -48,12 +48,13 @@ def test_constraints_files_are_generated_from_the_current_locks() -> None:
     for path, text in rendered.items():
         assert path.read_text() == text, f"{path} is stale: run python constraints/generate.py"
     reader = gen._bundle_reader()
-    # the default pair (SGLang 0.5.12, verl 0.9.1's own pin): the bundle's [core] + [verl], the host torch the GPU runs
-    # used; SGLang and its kernels --no-deps
+    # the default pair (SGLang 0.5.12, verl 0.9.1's own pin): the bundle's [core] + [verl], the host torch, torchvision
+    # and triton the GPU runs used (`import sglang` imports all three); SGLang and its kernels --no-deps
     default = _pins((ROOT / "constraints" / "verl0.9.1-sglang0.5.12.txt").read_text())
     lock = {gen._norm(n): v for n, v, _ in reader.read_lock(reader.bundle_groups(str(gen.LOCK)), gen.LOCK)}
     assert {n: v for n, (v, _) in default.items() if n in lock} == lock  # every bundle pin, unchanged
-    assert set(default) - set(lock) == {"torch"} and default["torch"][0] == "2.11.0"
+    host = {n: v for n, (v, _) in default.items() if n not in lock}
+    assert host == {"torch": "2.11.0", "torchvision": "0.26.0", "triton": "3.6.0"}, host
     assert {n for n, (_, no_deps) in default.items() if no_deps} == {
         "sglang", "sglang-kernel", "flashinfer-python", "torch-memory-saver"}
     # SGLang 0.5.23's pair: every group of its lock (its own torch 2.14.1); verl --no-deps

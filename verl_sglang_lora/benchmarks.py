@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return http_main([a for a in argv if a != "--http"])
     args = parse(argv)
+    from verl_sglang_lora.install_advice import require_sglang
     from verl_sglang_lora.tools.sync_matrix import main as matrix_main
+
+    require_sglang("python -m verl_sglang_lora.benchmarks")  # before a checkpoint is written for an engine
 
     return matrix_main(args.shape or ["qwen3-0.6b"], sorted(set(args.rank or [8, 32, 128])), args.iters,
                        args.warmup, args.mem_fraction, args.json, engine_args(args.engine_arg, not args.no_cuda_graph),

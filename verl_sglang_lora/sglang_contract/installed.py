@@ -119,4 +119,7 @@ if __name__ == "__main__":  # `python3 -m verl_sglang_lora.sglang_contract.insta
 
     if sys.argv[1:] != ["cuda-graph-flag"]:
         raise SystemExit("usage: python3 -m verl_sglang_lora.sglang_contract.installed cuda-graph-flag")
+    from verl_sglang_lora.install_advice import require_sglang
+
+    require_sglang("python3 -m verl_sglang_lora.sglang_contract.installed cuda-graph-flag")
     print("--" + cuda_graph_max_bs_field().replace("_", "-"))

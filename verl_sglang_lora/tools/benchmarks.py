@@ -363,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.pinning_only:
         print(f"version pinning on the rollout hot path: {pin_ns:.0f} ns per request (acquire + lora_path + release), median of 5")
         return 0
+    from verl_sglang_lora.install_advice import require_sglang
+
+    # before a checkpoint is written and a server launched: without SGLang the server subprocess exits at once
+    require_sglang("the HTTP benchmark (python -m verl_sglang_lora.benchmarks --http)")
     results = []
     for shape in args.shape or ["qwen3-0.6b"]:
         results.append(run_shape(shape, args.iters, args.rank, args.mem_fraction))

@@ -25,6 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_sglang_lora.install_advice import (
+    EXIT_ENVIRONMENT,
+    INSTALL_GPU_SET,
+    INSTALL_SGLANG,
+    SGLANG_ADVICE,
+)
 from verl_sglang_lora.verl_glue.config_access import cfg_path, to_plain  # light: omegaconf is imported lazily inside
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -33,15 +39,11 @@ PACKAGES = ("verl", "sglang", "torch", "ray", "transformers", "peft", "hydra-cor
 REQUIRED = frozenset({"verl", "sglang", "torch", "ray", "transformers", "hydra-core"})
 
 # docs/install.md, line for line (tests/test_bad_lora_settings_on_cpu.py keeps them equal). `verl[sglang]==0.9.1` cannot
-# be installed as published and a plain `pip install sglang` pulls a transformers verl 0.9.1 excludes.
+# be installed as published and a plain `pip install sglang` pulls a transformers verl 0.9.1 excludes. SGLang's commands
+# go through the constraints file (install_advice.py): it pins what `import sglang` needs and --no-deps leaves out.
 INSTALL_VERL = "pip install verl==0.9.1 transformers==5.9.0 'tokenizers<0.23' TransferQueue cachetools"
-INSTALL_SGLANG = ("pip install --no-deps sglang==0.5.12 sglang-kernel==0.4.2.post2 flashinfer-python==0.6.11.post1 "
-                  "torch-memory-saver==0.0.10")
-INSTALL_SGLANG_DEPS = ("pip install msgspec orjson pybase64 pyzmq fastapi uvicorn python-multipart partial-json-parser "
-                       "xgrammar==0.2.0 apache-tvm-ffi==0.1.9 setproctitle openai==2.6.1 compressed-tensors gguf ipython "
-                       "soundfile")
 INSTALL_PLUGIN = "pip install ."  # in the verl-sglang-lora checkout: the package is not on PyPI
-INSTALL_RECIPE = (INSTALL_VERL, INSTALL_SGLANG, INSTALL_SGLANG_DEPS, INSTALL_PLUGIN)
+INSTALL_RECIPE = (INSTALL_VERL, INSTALL_GPU_SET, INSTALL_SGLANG, INSTALL_PLUGIN)
 INSTALL_PLUGIN_HINT = f"{INSTALL_PLUGIN} in the verl-sglang-lora checkout"
 INSTALL_HINTS = {
     "verl": INSTALL_VERL,
@@ -50,7 +52,7 @@ INSTALL_HINTS = {
     "transformers": INSTALL_VERL,
     "peft": f"{INSTALL_VERL} (verl brings peft)",
     "torch": f"{INSTALL_VERL} (verl's dependencies bring torch; the recipe ran on a preinstalled torch 2.11)",
-    "sglang": f"not `pip install sglang` nor verl[sglang]: {INSTALL_SGLANG}, then {INSTALL_SGLANG_DEPS}",
+    "sglang": SGLANG_ADVICE,
 }
 FSDP2_FIX = ("actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 "
              "actor_rollout_ref.ref.fsdp_config.strategy=fsdp2 (the example's default)")
@@ -124,7 +126,7 @@ def tested_set_row(versions: dict[str, str | None]) -> tuple[str, str, str]:
     listed = "; ".join(f"{n}: " + ", ".join(f"{k} {p[k]}" for k in order if k in p) for n, p in sets.items())
     have = ", ".join(f"{k} {v or 'missing'}" for k, v in installed.items())
     return WARN, f"untested combination: {have}; the tested sets are {listed}", \
-        "pip install '.[gpu]' -c constraints/verl0.9.1-sglang0.5.12.txt, then SGLang with --no-deps (docs/install.md)"
+        f"{INSTALL_GPU_SET}, then {INSTALL_SGLANG} (docs/install.md)"
 
 
 def matrix_cell(verl_version: str | None, sglang_version: str | None) -> tuple[str, str]:
@@ -369,9 +371,10 @@ class Doctor:
             else:
                 self.add(f"version {pkg}", WARN, "not installed (FSDP LoRA needs it)",
                          INSTALL_HINTS[pkg])
-        status, text = matrix_cell(self.versions["verl"], self.versions["sglang"])
-        self.add("compat matrix", status, text, "" if status == OK else "see docs/compatibility.md")
+        # the pair's rows only with both installed: a missing one is its version row's FAIL, said once
         if self.versions["verl"] and self.versions["sglang"]:
+            status, text = matrix_cell(self.versions["verl"], self.versions["sglang"])
+            self.add("compat matrix", status, text, "" if status == OK else "see docs/compatibility.md")
             self.add("tested set", *tested_set_row(self.versions))
         if self.versions["torch"]:
             self.guarded("cuDNN", self.check_cudnn)
@@ -763,7 +766,7 @@ class Doctor:
                  f"{names.tie_word_embeddings}, {len(names.names)} tensors (safetensors headers)")
         if not plan.as_adapter or targets is None:
             return
-        from verl_sglang_lora.sglang_contract.target_modules import ALL_LINEAR_HF
+        from verl_sglang_lora.sglang_contract.target_modules import ALL_LINEAR_HF, TARGET_MODULES_SETTING
 
         # without SGLang here, the dense decoder projections every SGLang release serves (its own list where installed)
         supported = self.supported_modules() or list(ALL_LINEAR_HF)
@@ -790,8 +793,9 @@ class Doctor:
                 self.add("target modules", FAIL, str(exc), "set target_modules to modules the checkpoint has")
                 return
         if targets != ["all"] and missing:
-            self.add("target modules", FAIL,
-                     f"{missing} are not modules of {path.name} (checked against its tensor names); found {found}",
+            # the row names the setting, as the config's other FAIL rows do
+            self.add("target modules", FAIL, f"{TARGET_MODULES_SETTING}: {missing} are not modules of {path.name} "
+                     f"(checked against its tensor names); found {found}",
                      "set actor_rollout_ref.model.target_modules (Megatron: model.lora.target_modules) to modules "
                      "the model has, or `all-linear`")
         elif not found:
@@ -895,7 +899,7 @@ def format_table(checks: list[Check]) -> str:
 # rows about what is installed rather than the config: their FAILs alone give EXIT_ENVIRONMENT
 ENVIRONMENT_ROWS = ("version ", "compat matrix", "tested set", "cuDNN", "megatron stack", "megatron-bridge pins", "entry point",
                     "registration", "request shape")
-EXIT_OK, EXIT_CONFIG, EXIT_ENVIRONMENT = 0, 1, 3
+EXIT_OK, EXIT_CONFIG = 0, 1  # EXIT_ENVIRONMENT (3): install_advice.py, shared with the commands that need SGLang
 
 
 def exit_code(checks: list[Check]) -> int:

@@ -20,8 +20,11 @@ def serve_command(server_args: dict[str, Any]) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> None:
+    from verl_sglang_lora.install_advice import require_sglang
+
     kwargs = json.loads(argv[0])
     print(f"{PRINT_PREFIX} {json.dumps(kwargs, sort_keys=True)}", flush=True)
+    require_sglang("python -m verl_sglang_lora.topology.serve")
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.utils import kill_process_tree
