@@ -150,6 +150,7 @@ def test_wheel_from_the_checkout_has_entry_points_and_package_data(tmp_path: Pat
     assert "verl-sglang-lora = verl_sglang_lora.tools.cli:main" in entry_points
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
     assert "License-Expression: Apache-2.0" in metadata and "Provides-Extra: gpu" in metadata
+    assert "Author: The verl-sglang-lora developers" in metadata
     # the gpu extra as setup.py computes it now (the venv's own metadata is only as new as its last install)
     gpu = sorted(line.split(":", 1)[1].split(";")[0].strip() for line in metadata.splitlines()
                  if line.startswith("Requires-Dist:") and 'extra == "gpu"' in line)
