@@ -33,7 +33,7 @@ for arm in "${arms[@]}"; do
             actor_rollout_ref.rollout.seed="$seed" actor_rollout_ref.rollout.gpu_memory_utilization="$MEM" \
             actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1 > "/tmp/learn_${arm}_s$seed.log" 2>&1 &
         pids+=($!)
-        sleep 10  # staggered starts: each Ray instance and SGLang server picks its ports while the last settles
+        sleep "${STAGGER_S:-10}"  # staggered starts: each Ray instance and SGLang server picks its ports while the last settles
     done
 done
 for p in "${pids[@]}"; do wait "$p"; done
