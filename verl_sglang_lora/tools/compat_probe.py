@@ -53,7 +53,9 @@ TP_SIZES = (1, 2, 4)
 HF_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 MEGATRON_DEFAULT = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]  # verl's model.lora.target_modules
 # SGLang resolves `--lora-target-modules all` (>= 0.5.12) by scanning the served model; for Qwen3 these are its
-# LoRA-capable (packed) linear modules, plus the embedding names SGLang always adds.
+# LoRA-capable (packed) linear modules, plus the embedding names SGLang always adds. Written out, not the release's
+# auto_detect_lora_target_modules: it walks a built model, whose VocabParallelEmbedding / ParallelLMHead need
+# SGLang's initialized tensor-parallel process group to construct.
 QWEN3_SGLANG_MODULES = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
 EMBEDDING_NAMES = {"embed_tokens", "lm_head"}
 # Modules the probe stubs to import verl's sglang_rollout on a CPU host: server entry points and uvicorn (not in
