@@ -35,6 +35,11 @@ class FakeTokenizerManager:
         self.generate_keys = []
 
     async def generate_request(self, obj: Any, request: Any = None):
+        if os.environ.get("PROBE_DIE_IN_GENERATE") == "1":  # as the actor dies when SGLang's scheduler crashes
+            import ray
+
+            if not ray.get_runtime_context().was_current_actor_reconstructed:
+                os._exit(1)
         self.calls.append(("generate", getattr(obj, "lora_path", None)))
         self.generate_keys.append([getattr(obj, "lora_path", None), getattr(obj, "extra_key", None)])
         n = len(obj.input_ids)

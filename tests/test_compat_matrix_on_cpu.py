@@ -204,14 +204,28 @@ def test_resident_support_per_release(probes, version):
     # raises TypeError; through the plugin's wrapper it reads the struct's own field names
     assert res["verl_reads_fields"].get("same") is True, res["verl_reads_fields"]
     assert res["weight_update_session"] is SESSION[version]
+    # the loader's requests answered by the release's own scheduler-side handlers (the model runner a recorder)
     flow = res["loader_request_flow"]
     update = "update_weights_from_tensor:UpdateWeightsFromTensorReqInput"
+    refused = "raised: update_weights_from_tensor: the runner refused the update"
     if SESSION[version]:  # one session held across both writes, closed on demand and after any refusal
         begin, end = "begin_weight_update:BeginWeightUpdateReqInput", "end_weight_update:EndWeightUpdateReqInput"
-        assert flow == {"ok": [begin, update, update, end], "update_refused": [begin, update, end, "raised"],
-                        "begin_refused": [begin, end, begin, end, "raised"]}
-    else:
-        assert flow == {"ok": [update, update], "update_refused": [update, "raised"], "begin_refused": [update, update]}
+        assert flow["route"].startswith("SchedulerWeightUpdaterManager")
+        assert flow["ok"] == {"sent": [begin, update, update, end], "session_open": False,
+                              "runner": ["begin", "update", "update", "end:post_load=False"]}
+        assert flow["update_refused"] == {"sent": [begin, update, end, refused], "session_open": False,
+                                          "runner": ["begin", "update", "end:post_load=True"]}
+        # SGLang refuses a second begin while its session is open: the plugin ends that one and begins again
+        assert flow["left_open"] == {"sent": [begin, end, begin, update, update, end], "session_open": False,
+                                     "runner": ["end:post_load=True", "begin", "update", "update", "end:post_load=False"]}
+        # SGLang's update check: outside a session the update is refused before it reaches the model runner
+        assert flow["outside_session"]["sent"][0] == update and flow["outside_session"]["runner"] == []
+        assert "must run between begin_weight_update() and end_weight_update()" in flow["outside_session"]["sent"][1]
+    else:  # no session to open: the update alone, accepted outside any session
+        assert flow["route"].startswith("Scheduler" if version in ("0.5.8", "0.5.12") else "SchedulerWeightUpdater")
+        for scenario in ("ok", "left_open", "outside_session"):
+            assert flow[scenario] == {"sent": [update, update], "session_open": None, "runner": ["update", "update"]}
+        assert flow["update_refused"] == {"sent": [update, refused], "session_open": None, "runner": ["update"]}
     if SESSION[version]:
         assert "weight-update session" in res["unsupported_quantized_base"]
         assert res["session_structs"] == {"begin_selector": "target", "update_has_selector": True}

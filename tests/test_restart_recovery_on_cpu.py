@@ -2,11 +2,12 @@
 the Ray mechanics around it.
 
 - the snapshot is a PEFT adapter directory: peft loads it onto the real model, SGLang's own LoRAConfig reads it;
-- a real Ray actor created with the plugin's restart options dies (os._exit, as SGLang's watchdog ends the actor
-  process); the call in flight is re-sent by Ray to the restarted actor, which recovers with the plugin's
-  ``RestartRecovery`` / ``recover_server`` before serving it: relaunch, then ``/load_lora_adapter`` of the newest
-  snapshot under its versioned name. SGLang's HTTP side is a stand-in aiohttp server here (it records the request;
-  the real load is the GPU part, docs/validation.md).
+- the real ``SGLangLoRARollout`` in a real Ray actor with the plugin's restart options, built by verl's own
+  ``SGLangHttpServer.__init__`` from the composed config, dies in a generate (os._exit, as SGLang's watchdog ends
+  the actor process); Ray re-sends that call to the restarted actor, which recovers with ``RestartRecovery`` /
+  ``recover_server`` before serving it: relaunch, then ``load_lora_adapter`` of the newest snapshot under its
+  versioned name (the request is the installed SGLang's own struct). SGLang's tokenizer manager is a stand-in
+  (tests/server_probe.py): the real one needs a running SGLang scheduler, which needs a GPU.
 """
 
 from __future__ import annotations
@@ -64,75 +65,44 @@ def test_snapshot_is_a_peft_adapter_dir_sglang_and_peft_read(tiny_qwen3, tmp_pat
 
 
 _RAY_PROBE = r"""
-import asyncio, json, os, sys
+import json, os, sys
+from pathlib import Path
+from verl_sglang_lora.tools.compat_probe import stub_inert_modules
+stub_inert_modules()
 import ray, torch
-from verl_sglang_lora.runtime.lora_plan import lora_plan
-from verl_sglang_lora.runtime.recovery import RestartRecovery, ray_restart_options
-from verl_sglang_lora.runtime.settings import PluginSettings
-from verl_sglang_lora.runtime.sync.metrics import SyncMetrics
-from verl_sglang_lora.runtime.sync.snapshot import write_snapshot, snapshot_root
-from verl_sglang_lora.runtime.sync.versions import AdapterVersions
+from verl_sglang_lora.runtime.sync.snapshot import write_snapshot
+from tests.server_probe import push_down_proj_version, start_probe_server
 
-MARK = sys.argv[1]
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-
-@ray.remote(**ray_restart_options(1))
-class Server:
-    # the attributes recover_server uses, as SGLangLoRARollout has them; SGLang's load is a stand-in
-    def __init__(self, root):
-        self.lora = lora_plan({"lora_rank": 4, "target_modules": "all-linear", "lora": {}})
-        self.nnodes = 1
-        self.settings = PluginSettings(server_max_restarts=1, http_max_attempts=1)
-        self.adapters = AdapterVersions()
-        self.sync_metrics = SyncMetrics()
-        self.global_steps = None
-        self.snapshot_root = root
-        self.recovery = RestartRecovery(1)
-        self.loads = []
-        self.launches = 0
-
-    async def relaunch_server(self):
-        self.launches += 1
-
-    async def _load_adapter_from_disk(self, name, path, version, fingerprint, canary=None):
-        self.loads.append({"lora_name": name, "lora_path": path})
-        self.adapters.activate(name, version, fingerprint)
-
-    def activate(self, name, version):
-        self.adapters.activate(name, version, "fp")
-
-    async def generate(self):
-        # what SGLangLoRARollout.generate does first; the first instance dies here (as the actor does when
-        # SGLang's scheduler crashes), the restarted one serves the re-sent call
-        await self.recovery.ensure(self)
-        if not os.path.exists(MARK):
-            open(MARK, "w").close()
-            os._exit(1)
-        lease = self.adapters.acquire()
-        return {"served_by": lease.name if lease else None, "global_steps": self.global_steps,
-                "restarted": self.recovery.pending is False and self.launches == 1, "loads": self.loads,
-                "restarts_metric": self.sync_metrics.drain()["sglang_lora/server_restarts"]}
-
-root = snapshot_root(sys.argv[2], ray.get_runtime_context().get_job_id(), "sglang_server_0_0")
-server = Server.options(name="sglang_server_0_0").remote(root)
-ray.get(server.activate.remote("verl_lora_v7", 7))
-snap = write_snapshot(root, name="verl_lora_v7", version=7, fingerprint="fp", global_steps=7,
-                      tensors={"base_model.model.model.layers.0.mlp.down_proj.lora_A.weight": torch.ones(4, 8)},
-                      peft_config={"r": 4, "lora_alpha": 8, "target_modules": ["down_proj"], "peft_type": "LORA"})
-out = ray.get(server.generate.remote(), timeout=120)
-out["snapshot_path"] = snap.path
+# the real SGLangLoRARollout, built by verl's SGLangHttpServer.__init__ from the composed ppo_trainer config with
+# server_max_restarts=1; SGLang's tokenizer manager is a stand-in (no SGLang engine without a GPU) that ends the actor
+# process in its first generate, as SGLang's watchdog does when the scheduler crashes
+cfg, srv = start_probe_server(sys.argv[1], sys.argv[2])
+push_down_proj_version(srv, 7)
+root = Path(ray.get(srv.state.remote())["snapshot_root"])
+snap = write_snapshot(root, name="verl_lora_v7", version=7, fingerprint="fp7", global_steps=7,
+                      tensors={"base_model.model.model.layers.0.mlp.down_proj.lora_A.weight": torch.ones(8, 128)},
+                      peft_config={"r": 8, "lora_alpha": 16, "target_modules": ["down_proj"], "peft_type": "LORA"})
+sample = ray.get(srv.generate.remote(prompt_ids=[5, 6, 7, 8], sampling_params={"temperature": 1.0}, request_id="r1"),
+                 timeout=120)
+state = ray.get(srv.state.remote())
+out = {"served_by": sample.extra_fields["adapter_version"], "state": state, "snapshot_path": snap.path,
+       "metrics": ray.get(srv.drain_metrics.remote())}
 print(json.dumps(out))
 ray.shutdown()
 """
 
 
-def test_dead_server_actor_is_restarted_and_serves_the_newest_adapter(tmp_path) -> None:
+def test_dead_server_actor_is_restarted_and_serves_the_newest_adapter(tiny_qwen3, tmp_path) -> None:
     from tests.server_probe import run_probe_script
 
     pytest.importorskip("ray")
-    out = run_probe_script(_RAY_PROBE, str(tmp_path / "died"), str(tmp_path))  # the actor imports tests.server_probe
-    assert (tmp_path / "died").exists()  # the first instance did die in the call
-    # the re-sent call was served by the restarted actor, after one relaunch and a load of the snapshot
-    assert out["served_by"] == "verl_lora_v7" and out["global_steps"] == 7 and out["restarted"]
-    assert out["loads"] == [{"lora_name": "verl_lora_v7", "lora_path": out["snapshot_path"]}]
-    assert out["restarts_metric"] == 1
+    pytest.importorskip("verl")
+    out = run_probe_script(_RAY_PROBE, str(tiny_qwen3), str(tmp_path), extra_env={"PROBE_DIE_IN_GENERATE": "1"})
+    state = out["state"]
+    # the in-flight generate was re-sent to the restarted actor, which relaunched once (on the checkpoint's weights)
+    # and loaded the snapshot under its versioned name before serving it
+    assert state["launches"] == ["relaunch"] and state["restarts"] == 1
+    assert out["served_by"] == 7 and state["global_steps"] == 7 and state["active"] == "verl_lora_v7"
+    assert state["loaded_from_disk"] == [{"lora_name": "verl_lora_v7", "lora_path": out["snapshot_path"]}]
+    assert out["snapshot_path"].startswith(str(tmp_path))
+    assert out["metrics"]["sglang_lora/server_restarts"] == 1

@@ -1,118 +1,223 @@
-"""The weight-update session helpers (``sglang_contract/update_session.py``) with a recorder for SGLang's answers;
-the per-release request structs and order are checked against each release's own classes in
-tests/test_compat_matrix_on_cpu.py (``loader_request_flow``, ``http_client``)."""
+"""The weight-update session helpers (``sglang_contract/update_session.py``) against each SGLang release's own code.
+
+Each release runs in its own interpreter with ``.cache/sglang/V`` first on PYTHONPATH (scripts/sglang_release.sh),
+all started at once. The requests are the release's own structs; SGLang's answers come from the release's own
+scheduler-side handlers (``compat_probe.ReleaseWeightUpdater``: its session check and update check; the model runner
+behind them is a recorder, it needs CUDA). A refusal SGLang cannot be made to give twice in a row (a begin refused
+again after the close) is a recorder's, on the same structs: that is the retry logic only.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from verl_sglang_lora.sglang_contract import update_session as session_module
-from verl_sglang_lora.sglang_contract.update_session import HeldSession, update_session
+from verl_sglang_lora.releases import SGLANG_RELEASES
 
+ROOT = Path(__file__).resolve().parents[1]
 BEGIN, UPDATE, END = "begin_weight_update", "update_weights_from_tensor", "end_weight_update"
+SESSION = {"0.5.8": False, "0.5.12": False, "0.5.18": False, "0.5.23": True}  # docs/compatibility.md
+
+_SCRIPT = r"""
+import asyncio, json, sys
+sys.path.append(sys.argv[1])
+from verl_sglang_lora.tools.compat_probe import ReleaseWeightUpdater
+from verl_sglang_lora.sglang_contract.installed import weight_update_session
+from verl_sglang_lora.sglang_contract.update_session import HeldSession, begin_request, end_request, update_session
+from verl_sglang_lora.runtime.resident.update_request import update_request
+from verl_sglang_lora.runtime.resident.requests import detach_request
+
+UPDATE = "update_weights_from_tensor"
+out = {"weight_update_session": weight_update_session()}
 
 
-@pytest.fixture(autouse=True)
-def _any_release(monkeypatch):
-    """The order logic on any installed release: the session's request structs (0.5.23's own, checked per release
-    in the compat matrix) replaced by markers where the venv's SGLang has none."""
-    monkeypatch.setattr(session_module, "begin_request", lambda selector="target": f"begin:{selector}")
-    monkeypatch.setattr(session_module, "end_request", lambda: "end")
+class Sglang:
+    # the release's handlers behind the call the plugin makes; records each request by method and struct
+    def __init__(self, refuse_updates=False):
+        self.release = ReleaseWeightUpdater()
+        self.release.refuse_updates = refuse_updates
+        self.sent = []
 
-
-class Recorder:
-    def __init__(self, refuse: set[str] | None = None) -> None:
-        self.sent: list[str] = []
-        self.refuse = refuse or set()
-
-    async def __call__(self, method: str, request: Any) -> Any:
+    async def __call__(self, method, request):
         self.sent.append(method)
-        if method in self.refuse:
-            raise RuntimeError(f"{method} refused")
-        return True, "Success"
+        return await self.release.call(method, request)
+
+    def state(self):
+        return {"sent": self.sent, "open": self.release.session_open(), "runner": self.release.runner_calls}
 
 
-class OnceRefused(Recorder):
-    def __init__(self, method: str) -> None:
-        super().__init__({method})
-
-    async def __call__(self, method: str, request: Any) -> Any:
-        try:
-            return await super().__call__(method, request)
-        finally:
-            self.refuse.discard(method)
+def update():
+    return update_request(detach_request("verl_lora_slot0"), "pkg.loader")
 
 
-def test_update_session_closes_what_it_opened_whatever_happens():
-    async def body(call: Recorder, fail: bool) -> None:
-        async with update_session(call, required=True) as opened:
-            assert opened is True
-            await call(UPDATE, None)
-            if fail:
-                raise ValueError("the body failed")
-
-    ok = Recorder()
-    asyncio.run(body(ok, fail=False))
-    assert ok.sent == [BEGIN, UPDATE, END]
-    failed = Recorder()
-    with pytest.raises(ValueError):
-        asyncio.run(body(failed, fail=True))
-    assert failed.sent == [BEGIN, UPDATE, END]
-    refused_begin = Recorder({BEGIN})
-    with pytest.raises(RuntimeError, match="begin_weight_update refused"):
-        asyncio.run(body(refused_begin, fail=False))
-    # a session left open (a lost end) is closed and the begin tried once more; a timed-out begin may have opened one
-    assert refused_begin.sent == [BEGIN, END, BEGIN, END]
-    off = Recorder()
-
-    async def without() -> None:
-        async with update_session(off, required=False) as opened:
-            assert opened is False
-            await off(UPDATE, None)
-
-    asyncio.run(without())
-    assert off.sent == [UPDATE]
+def run(coro):
+    try:
+        asyncio.run(coro)
+        return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"[:200]
 
 
-def test_held_session_opens_once_and_closes_on_demand_or_failure():
-    call, session = Recorder(), HeldSession(required=True)
-
-    async def writes(n: int) -> None:
-        for _ in range(n):
-            await session.run(call, UPDATE, None)
-
-    asyncio.run(writes(3))
-    assert call.sent == [BEGIN, UPDATE, UPDATE, UPDATE] and session.is_open
-    asyncio.run(session.close(call))
-    asyncio.run(session.close(call))  # closing a closed session sends nothing
-    assert call.sent[-1] == END and call.sent.count(END) == 1 and not session.is_open
-    asyncio.run(writes(1))  # the next write opens a new one
-    assert call.sent[-2:] == [BEGIN, UPDATE]
-    session.forget()  # a relaunched server holds no session: the next write begins again, nothing is closed
-    asyncio.run(writes(1))
-    assert call.sent[-2:] == [BEGIN, UPDATE] and call.sent.count(END) == 1
-
-    failing, held = Recorder({UPDATE}), HeldSession(required=True)
-    with pytest.raises(RuntimeError, match="update_weights_from_tensor refused"):
-        asyncio.run(held.run(failing, UPDATE, None))
-    assert failing.sent == [BEGIN, UPDATE, END] and not held.is_open
-
-    stale = OnceRefused(BEGIN)  # SGLang still holds a session whose end was lost: closed, then begun again
-    held = HeldSession(required=True)
-    asyncio.run(held.run(stale, UPDATE, None))
-    assert stale.sent == [BEGIN, END, BEGIN, UPDATE] and held.is_open
-
-    no_end, held = Recorder({END}), HeldSession(required=True)
-    asyncio.run(held.run(no_end, UPDATE, None))
-    with pytest.raises(RuntimeError, match="end_weight_update refused"):  # a refused close is loud
-        asyncio.run(held.close(no_end))
+async def body(call, fail):
+    async with update_session(call) as opened:  # the release's own answer: a session or none
+        await call(UPDATE, update())
+        if fail:
+            raise ValueError("the body failed")
 
 
-def test_held_session_sends_only_the_update_where_the_release_has_no_session():
-    call, session = Recorder(), HeldSession(required=False)
-    asyncio.run(session.run(call, UPDATE, None))
-    asyncio.run(session.close(call))
-    assert call.sent == [UPDATE] and not session.is_open
+for name, fail in (("ok", False), ("body_failed", True)):
+    call = Sglang()
+    error = run(body(call, fail))
+    out[name] = {**call.state(), "error": error}
+
+if weight_update_session():  # a session left open in SGLang (its end was lost): SGLang refuses the next begin
+    call = Sglang()
+    asyncio.run(call.release.call("begin_weight_update", begin_request()))
+    error = run(body(call, False))
+    out["left_open"] = {**call.state(), "error": error}
+
+# one session held across writes, closed on demand; a relaunched server holds none
+call, held = Sglang(), HeldSession()
+steps = {}
+async def held_writes(n):
+    for _ in range(n):
+        await held.run(call, UPDATE, update())
+asyncio.run(held_writes(3))
+steps["three_writes"] = {"sent": list(call.sent), "open": call.release.session_open(), "held": held.is_open}
+asyncio.run(held.close(call))
+asyncio.run(held.close(call))  # closing a closed session sends nothing
+steps["closed_twice"] = {"sent": list(call.sent), "open": call.release.session_open(), "held": held.is_open}
+asyncio.run(held_writes(1))
+steps["next_write"] = {"sent": list(call.sent), "open": call.release.session_open(), "held": held.is_open}
+held.forget()  # the server was relaunched: the new SGLang holds no session, nothing is closed
+call = Sglang()
+asyncio.run(held_writes(1))
+steps["relaunched"] = {"sent": list(call.sent), "open": call.release.session_open(), "held": held.is_open}
+out["held"] = steps
+
+call, held = Sglang(refuse_updates=True), HeldSession()
+out["held_refused"] = {**call.state(), "error": run(held.run(call, UPDATE, update())), "held": held.is_open}
+
+call, held = Sglang(), HeldSession(False)  # an update outside any session: SGLang's update check
+out["outside_session"] = {**call.state(), "error": run(held.run(call, UPDATE, update()))}
+
+if weight_update_session():
+    class Recorder:  # refusals the release cannot give on demand, on the release's own structs (retry logic)
+        def __init__(self, refuse):
+            self.sent, self.refuse = [], set(refuse)
+        async def __call__(self, method, request):
+            self.sent.append(f"{method}:{type(request).__name__}")
+            if method in self.refuse:
+                raise RuntimeError(f"{method} refused")
+            return True, "Success"
+
+    every_begin = Recorder({"begin_weight_update"})
+    out["every_begin_refused"] = {"sent": every_begin.sent, "error": run(body(every_begin, False))}
+    no_end, held = Recorder({"end_weight_update"}), HeldSession()
+    asyncio.run(held.run(no_end, UPDATE, update()))
+    out["end_refused"] = {"sent": no_end.sent, "error": run(held.close(no_end)), "held": held.is_open}
+    out["structs"] = {"begin": type(begin_request()).__name__, "selector": begin_request().selector,
+                      "all": begin_request("all").selector, "end": type(end_request()).__name__}
+print(json.dumps(out))
+"""
+
+
+def _release_or_fail(version: str) -> Path:
+    path = ROOT / ".cache" / "sglang" / version
+    if not (path / "sglang").is_dir():
+        message = f"SGLang {version} is not prepared (bash scripts/sglang_release.sh {version})"
+        if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":  # the suite's own run prepares every release
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    """Start one interpreter per release at once: {version: Popen | None (release missing)}."""
+    procs = {}
+    for version in SGLANG_RELEASES:
+        path = ROOT / ".cache" / "sglang" / version
+        if not (path / "sglang").is_dir():
+            procs[version] = None
+            continue
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PYTHONPATH"] = str(path)
+        procs[version] = subprocess.Popen([sys.executable, "-W", "ignore", "-c", _SCRIPT, str(ROOT)], cwd=ROOT, env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield procs
+    for proc in procs.values():
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+
+def _result(runs: dict, version: str) -> dict:
+    _release_or_fail(version)
+    proc = runs[version]
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_update_session_closes_what_it_opened_whatever_happens(runs, version):
+    out = _result(runs, version)
+    assert out["weight_update_session"] is SESSION[version]
+    if not SESSION[version]:  # nothing to open: the update alone, which the release takes outside any session
+        assert out["ok"] == {"sent": [UPDATE], "open": None, "runner": ["update"], "error": None}
+        assert out["body_failed"]["sent"] == [UPDATE] and "the body failed" in out["body_failed"]["error"]
+        return
+    assert out["ok"] == {"sent": [BEGIN, UPDATE, END], "open": False,
+                         "runner": ["begin", "update", "end:post_load=False"], "error": None}
+    assert out["body_failed"]["sent"] == [BEGIN, UPDATE, END] and out["body_failed"]["open"] is False
+    assert "the body failed" in out["body_failed"]["error"]
+    # SGLang still held a session (a lost end): its refused begin makes the plugin end that one and begin again
+    assert out["left_open"] == {"sent": [BEGIN, END, BEGIN, UPDATE, END], "open": False, "error": None,
+                                "runner": ["begin", "end:post_load=True", "begin", "update", "end:post_load=False"]}
+    # a begin refused again after the close: the close is sent once more and the refusal raised
+    begin, end = f"{BEGIN}:BeginWeightUpdateReqInput", f"{END}:EndWeightUpdateReqInput"
+    assert out["every_begin_refused"]["sent"] == [begin, end, begin, end]
+    assert "begin_weight_update refused" in out["every_begin_refused"]["error"]
+    assert out["structs"] == {"begin": "BeginWeightUpdateReqInput", "selector": "target", "all": "all",
+                              "end": "EndWeightUpdateReqInput"}
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_held_session_opens_once_and_closes_on_demand_or_failure(runs, version):
+    out = _result(runs, version)
+    held = out["held"]
+    if not SESSION[version]:  # the release has no session: only the updates are sent, nothing is held
+        assert held["three_writes"] == {"sent": [UPDATE] * 3, "open": None, "held": False}
+        assert held["closed_twice"]["sent"] == [UPDATE] * 3 and held["next_write"]["sent"] == [UPDATE] * 4
+        assert held["relaunched"]["sent"] == [UPDATE]
+        assert out["held_refused"]["sent"] == [UPDATE] and "the runner refused" in out["held_refused"]["error"]
+        return
+    assert held["three_writes"] == {"sent": [BEGIN, UPDATE, UPDATE, UPDATE], "open": True, "held": True}
+    assert held["closed_twice"] == {"sent": [BEGIN, UPDATE, UPDATE, UPDATE, END], "open": False, "held": False}
+    assert held["next_write"] == {"sent": [BEGIN, UPDATE, UPDATE, UPDATE, END, BEGIN, UPDATE], "open": True,
+                                  "held": True}
+    assert held["relaunched"] == {"sent": [BEGIN, UPDATE], "open": True, "held": True}
+    # a refused write closes the session in SGLang too
+    refused = out["held_refused"]
+    assert refused["sent"] == [BEGIN, UPDATE, END] and refused["open"] is False and refused["held"] is False
+    assert "the runner refused the update" in refused["error"]
+    # a refused close is loud
+    assert out["end_refused"]["held"] is False and "end_weight_update refused" in out["end_refused"]["error"]
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_an_update_outside_a_session_is_refused_exactly_where_the_release_has_sessions(runs, version):
+    """``weight_update_session()`` against the release's own update check: where it says no session is needed, the
+    release takes an update sent outside one; where it says one is needed, the release refuses that update."""
+    out = _result(runs, version)["outside_session"]
+    assert out["sent"] == [UPDATE]
+    if SESSION[version]:
+        assert "must run between begin_weight_update() and end_weight_update()" in out["error"]
+        assert out["runner"] == []
+    else:
+        assert out["error"] is None and out["runner"] == ["update"]

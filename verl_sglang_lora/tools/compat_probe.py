@@ -53,7 +53,9 @@ TP_SIZES = (1, 2, 4)
 HF_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 MEGATRON_DEFAULT = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]  # verl's model.lora.target_modules
 # SGLang resolves `--lora-target-modules all` (>= 0.5.12) by scanning the served model; for Qwen3 these are its
-# LoRA-capable (packed) linear modules, plus the embedding names SGLang always adds.
+# LoRA-capable (packed) linear modules, plus the embedding names SGLang always adds. Written out, not the release's
+# auto_detect_lora_target_modules: it walks a built model, whose VocabParallelEmbedding / ParallelLMHead need
+# SGLang's initialized tensor-parallel process group to construct.
 QWEN3_SGLANG_MODULES = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
 EMBEDDING_NAMES = {"embed_tokens", "lm_head"}
 # Modules the probe stubs to import verl's sglang_rollout on a CPU host: server entry points and uvicorn (not in
@@ -511,36 +513,125 @@ def resident_reason(mode: str, ranks: int, base_unsafe: str | None = None) -> st
     return unsupported_reason(mode, ranks, base_unsafe)
 
 
+class ReleaseWeightUpdater:
+    """The scheduler-side weight-update handlers of the release on sys.path, run in this process: SGLang's own
+    ``update_weights_from_tensor`` (and on releases with a weight-update session its ``begin_weight_update`` /
+    ``end_weight_update`` and the session check), reached through ``call(method, request)`` as the server actor
+    reaches them (the answer read with the plugin's ``request_outcome``; a refusal raises with SGLang's message).
+
+    The model runner behind them is a recorder that applies nothing (``runner_calls``; ``refuse_updates`` makes it
+    fail): SGLang's model runner needs CUDA and its model-parallel groups. Their TP barrier runs on a one-rank gloo
+    group of this process."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+        from sglang.srt.utils import MultiprocessingSerializer
+
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        self.runner_calls: list[str] = []
+        self.refuse_updates = False
+        runner_calls, this = self.runner_calls, self
+
+        class Runner:  # a model runner's weight updater (>= 0.5.23) and a TP worker (all releases)
+            def begin_weight_update(self) -> None:
+                runner_calls.append("begin")
+
+            def end_weight_update(self, *, run_post_load: bool) -> None:
+                runner_calls.append(f"end:post_load={run_post_load}")
+
+            def update_weights_from_tensor(self, recv_req: Any = None, named_tensors: Any = None,
+                                           load_format: Any = None) -> tuple[bool, str]:
+                runner_calls.append("update")
+                return (False, "the runner refused the update") if this.refuse_updates else (True, "Success")
+
+            def weight_update_runners(self) -> list:
+                return [("target", self)]
+
+            def deserialize_own_rank(self, blobs: list) -> Any:  # rank 0's payload, with the release's serializer
+                return MultiprocessingSerializer.deserialize(blobs[0])
+
+            weight_updater = property(lambda self: self)
+            model_runner = property(lambda self: self)
+
+        worker = Runner()
+        try:
+            from sglang.srt.managers.scheduler_components.weight_updater import SchedulerWeightUpdaterManager
+        except ImportError:  # <= 0.5.12: the Scheduler's mixin methods, on an object with what they read
+            from sglang.srt.managers.scheduler_update_weights_mixin import SchedulerUpdateWeightsMixin
+
+            self.handler = types.SimpleNamespace(tp_worker=worker, draft_worker=None, tp_cpu_group=dist.group.WORLD,
+                                                 flush_cache=lambda **_: True)
+            for name in ("update_weights_from_tensor", "flush_cache_after_weight_update"):
+                if hasattr(SchedulerUpdateWeightsMixin, name):
+                    setattr(self.handler, name, types.MethodType(getattr(SchedulerUpdateWeightsMixin, name), self.handler))
+            self.route = "Scheduler.update_weights_from_tensor (scheduler_update_weights_mixin)"
+            return
+        # the manager's own __post_init__ reads SGLang's model-parallel state: its fields are set directly
+        fields = {"tp_worker": worker, "draft_worker": None, "tp_cpu_group": dist.group.WORLD,
+                  "memory_saver_adapter": None, "flush_cache": lambda **_: True, "is_fully_idle": lambda **_: True,
+                  "scheduler": types.SimpleNamespace(record_weight_version_change=lambda **_: None),
+                  "metrics_collector": None, "offload_tags": set(), "stashed_model_static_state": None,
+                  "_session": None}
+        self.handler = object.__new__(SchedulerWeightUpdaterManager)
+        for name, value in fields.items():
+            if name in SchedulerWeightUpdaterManager.__slots__:
+                setattr(self.handler, name, value)
+        self.route = "SchedulerWeightUpdaterManager (scheduler_components.weight_updater)"
+
+    def session_open(self) -> bool | None:
+        """Whether the release's scheduler holds a weight-update session now (None: the release has none)."""
+        return getattr(self.handler, "_session", None) is not None if hasattr(self.handler, "begin_weight_update") else None
+
+    async def call(self, method: str, request: Any) -> Any:
+        from verl_sglang_lora.sglang_contract.errors import request_outcome
+
+        out = getattr(self.handler, method)(request)
+        result = (out.success, out.message)  # what the tokenizer manager returns for these requests
+        success, message = request_outcome(result)
+        if not success:
+            raise RuntimeError(f"{method}: {message}")
+        return result
+
+
 def loader_request_flow() -> dict[str, Any]:
     """The requests the server actor sends for two in-place writes and the close before a base sync on this release
-    (``update_request.send_loader_request`` through one ``HeldSession``, this release's structs), answered by a
-    recorder: in order, and when the update or the begin is refused."""
+    (``update_request.send_loader_request`` through one ``HeldSession``, this release's structs), answered by the
+    release's own scheduler-side handlers (``ReleaseWeightUpdater``): in order; when the model runner refuses the
+    update; when the scheduler still holds a session (an end that was lost), whose second begin SGLang refuses; and
+    an update sent outside any session (SGLang's update check, where the release has sessions). Each run ends with
+    whether the scheduler still holds a session and what reached the model runner."""
+    from verl_sglang_lora.runtime.resident.requests import detach_request
     from verl_sglang_lora.runtime.resident.update_request import send_loader_request
-    from verl_sglang_lora.sglang_contract.update_session import HeldSession
+    from verl_sglang_lora.sglang_contract.installed import weight_update_session
+    from verl_sglang_lora.sglang_contract.update_session import HeldSession, begin_request
 
-    def run(refuse: str | None) -> list[str]:
+    def run(scenario: str) -> dict[str, Any]:
         sent: list[str] = []
+        release = ReleaseWeightUpdater()
+        release.refuse_updates = scenario == "update_refused"
+        if scenario == "left_open" and weight_update_session():
+            asyncio.run(release.call("begin_weight_update", begin_request()))
+            release.runner_calls.clear()
 
         async def call(method: str, request: Any) -> Any:
             sent.append(f"{method}:{type(request).__name__}")
-            if method == refuse:
-                raise RuntimeError("refused")
-            return True, "Success"
+            return await release.call(method, request)
 
         async def writes_then_close() -> None:
-            session = HeldSession()
+            session = HeldSession(False) if scenario == "outside_session" else HeldSession()
             for _ in range(2):
-                await send_loader_request(call, [b"x"], "pkg.loader", session)
+                await send_loader_request(call, detach_request("verl_lora_slot0"), "pkg.loader", session)
             await session.close(call)
 
         try:
             asyncio.run(writes_then_close())
-        except RuntimeError:
-            sent.append("raised")
-        return sent
+        except RuntimeError as exc:
+            sent.append(f"raised: {str(exc)[:160]}")
+        return {"sent": sent, "session_open": release.session_open(), "runner": list(release.runner_calls)}
 
-    return {"ok": run(None), "update_refused": run("update_weights_from_tensor"),
-            "begin_refused": run("begin_weight_update")}
+    return {"route": ReleaseWeightUpdater().route,
+            **{name: run(name) for name in ("ok", "update_refused", "left_open", "outside_session")}}
 
 
 def session_structs() -> dict[str, Any] | None:
