@@ -142,3 +142,24 @@ def test_cli(tmp_path):
     assert "MODEL_PATH=" in res.stdout
     assert (tmp_path / "model" / "model.safetensors").is_file()
     assert (tmp_path / "testset" / "test.parquet").is_file()
+
+
+def test_the_output_layer_lets_an_adapter_put_the_probability_on_digits(assets):
+    """The offline task is learnable only if some last hidden state makes digits likely: after the final RMSNorm
+    the hidden state has norm ``final_norm_weight * sqrt(hidden)``; pointed along the digits' lm_head rows it must
+    give them most of the probability. With a final norm weight of 1 the best such state gives them under 10%."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer
+
+    out, _ = assets
+    sd = load_file(str(out / "model" / "model.safetensors"))
+    tok = Tokenizer.from_file(str(out / "model" / "tokenizer.json"))
+    head = sd["lm_head.weight"].float()
+    digits = [tok.token_to_id(str(d)) for d in range(10)]
+    direction = head[digits].sum(0)
+    direction = direction / direction.norm()
+    weight = float(sd["model.norm.weight"].float()[0])
+    mass = {w: float(torch.softmax(head @ (w * head.shape[1] ** 0.5 * direction), 0)[digits].sum()) for w in (1.0, weight)}
+    assert weight == oa.TinyQwen3Spec().final_norm_weight
+    assert mass[weight] > 0.9 and mass[1.0] < 0.1, mass
