@@ -513,9 +513,9 @@ def resident_reason(mode: str, ranks: int, base_unsafe: str | None = None) -> st
 
 def loader_request_flow() -> dict[str, Any]:
     """The requests the server actor sends for two in-place writes and the close before a base sync on this release
-    (``update_request.send_loader_request`` through one ``HeldSession``, this release's structs), answered by a
+    (``requests.send_loader_request`` through one ``HeldSession``, this release's structs), answered by a
     recorder: in order, and when the update or the begin is refused."""
-    from verl_sglang_lora.runtime.resident.update_request import send_loader_request
+    from verl_sglang_lora.runtime.resident.requests import send_loader_request
     from verl_sglang_lora.sglang_contract.update_session import HeldSession
 
     def run(refuse: str | None) -> list[str]:
@@ -546,7 +546,7 @@ def loader_request_flow() -> dict[str, Any]:
 def session_structs() -> dict[str, Any] | None:
     """The weight-update session requests the server actor builds on a release that has them (None where absent):
     built from the release's own classes, with the fields the server sets."""
-    from verl_sglang_lora.runtime.resident.update_request import update_request
+    from verl_sglang_lora.runtime.resident.requests import update_request
     from verl_sglang_lora.sglang_contract.update_session import begin_request
     from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_session
 
