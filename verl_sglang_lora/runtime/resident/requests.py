@@ -1,12 +1,10 @@
 """Both ends of a loader request outside SGLang: the sync client builds them, the server actor sends them.
 
-Every op gets its own status/message tensor pair on the client's GPU, shared with SGLang's scheduler over CUDA IPC
-(``protocol``); the client reads them after the server actor's call returns (the loader synchronizes before SGLang
-answers). ``attach`` carries, once, CUDA-IPC views of the persistent flat adapter buffer and the slot's reply channel
-(the write pair); a ``write`` then carries only its header name on an empty tensor -- no IPC handle to share or
-open -- the loader copies from the attached views, verifies the slot against the trainer's buffer byte for byte and
-answers on the reply channel; the client knows the answer by its ``seq``. A verified answer is what lets the client
-ask the server actor to serve the slot (two-phase sync).
+Every op has its own status/message pair on the client's GPU, shared with SGLang's scheduler over CUDA IPC; the
+client reads it after the server actor's call returns (the loader synchronizes before SGLang answers). A ``write``
+moves no tensor: its empty header is answered on the reply channel the slot's ``attach`` handed over (``protocol``),
+and the client knows the answer by its ``seq``. A verified answer is what lets the client ask the server actor to
+serve the slot (two-phase sync).
 """
 
 from __future__ import annotations
@@ -176,7 +174,7 @@ def write_targets(served: str | None) -> tuple[str, ...]:
 
 
 def attach_summary(calls: list[LoaderCall]) -> str:
-    """What the loader said about each attach that ran (its layout, how it verifies, SGLang's update check)."""
+    """What the loader said about each attach that ran (its copy count, and how it verifies the slot)."""
     return "; ".join(f"{c.slot}: {c.result().get('message') or '(no message)'}" for c in calls if c.op == "attach")
 
 
