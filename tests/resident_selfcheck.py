@@ -341,14 +341,26 @@ def _wrong(layout: Any, kind: str) -> Any:
     return dataclasses.replace(layout, blocks=blocks)
 
 
+def reference_write(manager: Any, uid: str, tensors: dict, slot: int) -> None:
+    """SGLang's own load of ``tensors`` (as adapter ``uid`` is configured) into pool slot ``slot``: a ``LoRAAdapter``
+    built like the slot's, then the pool's ``load_lora_weight_to_buffer`` (only bytes; ``uid_to_buffer_id`` is not
+    touched)."""
+    from verl_sglang_lora.runtime.resident.access import new_adapter
+
+    adapter = new_adapter(manager, uid)
+    adapter.initialize_weights_from_tensors(dict(tensors))
+    manager.memory_pool.load_lora_weight_to_buffer(
+        uid, slot, adapter, manager.lora_modules,
+        getattr(manager, "embed_tokens_module", None), getattr(manager, "lm_head_module", None))
+
+
 def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
     """Plan vs SGLang's load for one (TP size, TP rank, adapter rank); wrong plans; the loader end to end."""
     from verl_sglang_lora.runtime.resident import protocol as P
-    from verl_sglang_lora.runtime.resident.execute import differing_pairs, run_copies
+    from verl_sglang_lora.runtime.resident.execute import compare_slots, differing_pairs, run_copies
     from verl_sglang_lora.runtime.resident.loader import apply
     from verl_sglang_lora.runtime.resident.plan import bind
     from verl_sglang_lora.runtime.resident.trace import trace_layout
-    from verl_sglang_lora.runtime.resident.verify import compare_slots, reference_write
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {}

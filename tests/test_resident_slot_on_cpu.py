@@ -189,7 +189,7 @@ def test_bind_and_exact_compare_follow_the_blocks():
         B_buffer = {"m": [torch.zeros(2, 4, 4, dtype=torch.bfloat16)]}
 
     src = {"w": torch.arange(16, dtype=torch.float32).view(4, 4)}
-    layout = SlotLayout(8, 0, 1, (SourceSpec("w", (4, 4), 0),),
+    layout = SlotLayout((SourceSpec("w", (4, 4), 0),),
                         (Block("A", "m", 0, 1, 2, 1, 2, "w", 5, 4), Block("B", "m", 0, 0, 1, 0, 4)))
     pairs = bind(layout, Pool, 1, src)
     Pool.B_buffer["m"][0][1].fill_(3)

@@ -34,9 +34,8 @@ from verl_sglang_lora.runtime.watchdog import SchedulerHung, Watchdog
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError, request_outcome
 from verl_sglang_lora.runtime.resident import LOADER_PATH
-from verl_sglang_lora.runtime.resident.requests import SLOTS as RESIDENT_SLOTS, detach_request
-from verl_sglang_lora.runtime.resident.slots import ResidentSlots
-from verl_sglang_lora.runtime.resident.update_request import send_loader_request
+from verl_sglang_lora.runtime.resident.requests import (SLOTS as RESIDENT_SLOTS, ResidentSlots, detach_request,
+                                                        send_loader_request)
 from verl_sglang_lora.runtime.resident.support import mirror_bytes, resident_enabled, session_unsafe_base
 from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_session
 from verl_sglang_lora.sglang_contract.update_session import HeldSession

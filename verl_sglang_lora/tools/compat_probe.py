@@ -596,13 +596,12 @@ class ReleaseWeightUpdater:
 
 def loader_request_flow() -> dict[str, Any]:
     """The requests the server actor sends for two in-place writes and the close before a base sync on this release
-    (``update_request.send_loader_request`` through one ``HeldSession``, this release's structs), answered by the
+    (``requests.send_loader_request`` through one ``HeldSession``, this release's structs), answered by the
     release's own scheduler-side handlers (``ReleaseWeightUpdater``): in order; when the model runner refuses the
     update; when the scheduler still holds a session (an end that was lost), whose second begin SGLang refuses; and
     an update sent outside any session (SGLang's update check, where the release has sessions). Each run ends with
     whether the scheduler still holds a session and what reached the model runner."""
-    from verl_sglang_lora.runtime.resident.requests import detach_request
-    from verl_sglang_lora.runtime.resident.update_request import send_loader_request
+    from verl_sglang_lora.runtime.resident.requests import detach_request, send_loader_request
     from verl_sglang_lora.sglang_contract.installed import weight_update_session
     from verl_sglang_lora.sglang_contract.update_session import HeldSession, begin_request
 
@@ -637,7 +636,7 @@ def loader_request_flow() -> dict[str, Any]:
 def session_structs() -> dict[str, Any] | None:
     """The weight-update session requests the server actor builds on a release that has them (None where absent):
     built from the release's own classes, with the fields the server sets."""
-    from verl_sglang_lora.runtime.resident.update_request import update_request
+    from verl_sglang_lora.runtime.resident.requests import update_request
     from verl_sglang_lora.sglang_contract.update_session import begin_request
     from verl_sglang_lora.sglang_contract.installed import io_struct, weight_update_session
 

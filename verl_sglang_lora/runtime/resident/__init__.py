@@ -5,19 +5,16 @@ straight into the idle slot's pool buffers, checks them against the trainer's bu
 the slot served (the server actor commits it). The layout is traced from SGLang's own load code, never from a
 per-release table.
 
-Modules, one job each:
+Modules:
   ``access``   find the LoRAManager / pool from what SGLang hands a custom loader; resolve slots.
   ``trace``    run SGLang's own adapter normalization, TP slicing and pool load on index-tagged probe tensors.
   ``plan``     turn a trace into copy blocks (``SlotLayout``) and bind them to real tensors as (src, dst) views.
-  ``execute``  run the copies; compare slot blocks with their sources bit for bit.
+  ``execute``  run the copies; compare slot blocks with their sources, and two whole slots, bit for bit.
   ``mirror``   read a slot back into the trainer buffer's layout and compare it with that buffer.
-  ``verify``   SGLang's own load into a slot, and a byte-exact slot-against-slot comparison.
   ``protocol`` the wire format: tensor-name header, status/message tensors, reply channels.
-  ``loader``   the ``--custom-weight-loader`` entry point (``verl_sglang_lora.runtime.resident.loader.apply``).
+  ``loader``   the ``--custom-weight-loader`` entry point (``LOADER_PATH``).
   ``support``  whether the path applies (config and the installed SGLang's declarations), and what it costs.
-  ``requests`` the sync client's side: the loader requests and the check of their answers.
-  ``update_request`` one loader request through SGLang's ``update_weights_from_tensor``.
-  ``slots``    the server actor's side: which slot serves, which was written, which is idle.
+  ``requests`` the loader requests: built by the sync client, sent by the server actor (with its slot state).
 """
 
 LOADER_PATH = "verl_sglang_lora.runtime.resident.loader.apply"

@@ -16,6 +16,9 @@ from typing import Any, Iterable, Iterator
 from .protocol import ErrorCode as E
 
 _MANAGERS: dict[int, "weakref.ref[Any]"] = {}  # id(model) -> manager; weak, so tests do not pin pools
+# The pool's buffers beside the per-layer ``A_buffer`` / ``B_buffer`` (dicts keyed by module; absent on older releases)
+EMBEDDING_BUFFERS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer",
+                     "new_embeddings_buffer")
 
 
 class ResidentError(RuntimeError):

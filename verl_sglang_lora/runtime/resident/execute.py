@@ -1,22 +1,25 @@
-"""Run a bound copy plan, and compare both sides of it bit for bit.
+"""Run a bound copy plan, and compare slots bit for bit.
 
 ``differing_pairs`` is the exact check of a slot written without a mirror (``mirror``): every block of the slot
 against the source view it was copied from, as integer bit patterns (so -0.0, NaN payloads and a flipped sign all
 count), and every zero block against zero. No checksum: two different byte strings never compare equal.
+``compare_slots`` compares two whole slots the same way (op ``compare``: a written slot against SGLang's own load).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 
+from .access import EMBEDDING_BUFFERS
 from .plan import CopyPair
 
 INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def run_copies(pairs: Iterable[CopyPair], non_blocking: bool = True) -> int:
+def run_copies(pairs: Iterable[CopyPair]) -> int:
     """``dst.copy_(src)`` for every pair (``dst.zero_()`` where ``src`` is None); returns the pair count.
 
     One fused ``_foreach_copy_`` / ``_foreach_zero_`` call instead of a Python loop: a plan has one pair per
@@ -28,12 +31,12 @@ def run_copies(pairs: Iterable[CopyPair], non_blocking: bool = True) -> int:
     zeros = [dst for src, dst in pairs if src is None]
     try:
         if copies:
-            torch._foreach_copy_([d for _, d in copies], [s for s, _ in copies], non_blocking=non_blocking)
+            torch._foreach_copy_([d for _, d in copies], [s for s, _ in copies], non_blocking=True)
         if zeros:
             torch._foreach_zero_(zeros)
     except (AttributeError, RuntimeError, TypeError):  # a torch without the fused ops (or a pair they refuse)
         for src, dst in copies:
-            dst.copy_(src, non_blocking=non_blocking)
+            dst.copy_(src, non_blocking=True)
         for dst in zeros:
             dst.zero_()
     return len(pairs)
@@ -56,3 +59,47 @@ def differing_pairs(pairs: Sequence[CopyPair]) -> list[int]:
     if not flags:
         return []
     return torch.stack(flags).nonzero().flatten().tolist()  # one host sync for the whole plan
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Where two slots differ: buffer family, module, layer, count of differing elements, first index."""
+
+    buffer: str
+    module: str
+    layer: Optional[int]
+    differing: int
+    total: int
+    first_index: tuple[int, ...]
+    left: float
+    right: float
+
+    def __str__(self) -> str:
+        where = f"{self.buffer}[{self.module}]" + (f"[layer {self.layer}]" if self.layer is not None else "")
+        return (f"{where}: {self.differing}/{self.total} elements differ, first at {self.first_index} "
+                f"({self.left!r} vs {self.right!r})")
+
+
+def _compare(buffer: str, module: str, layer: Optional[int], a: torch.Tensor, b: torch.Tensor) -> Optional[Mismatch]:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return Mismatch(buffer, module, layer, -1, a.numel(), tuple(a.shape), float("nan"), float("nan"))
+    diff = bits(a) != bits(b)
+    count = int(diff.sum())
+    if count == 0:
+        return None
+    first = tuple(int(i) for i in torch.nonzero(diff)[0].tolist())
+    return Mismatch(buffer, module, layer, count, a.numel(), first, float(a[first]), float(b[first]))
+
+
+def compare_slots(pool: Any, slot_a: int, slot_b: int) -> list[Mismatch]:
+    """Every element of slot ``slot_a`` against slot ``slot_b``, all per-layer and embedding buffers (the whole slot:
+    a write a plan misses shows too)."""
+    out: list[Mismatch] = []
+    for family, buffers in (("A", pool.A_buffer), ("B", pool.B_buffer)):
+        for module in sorted(buffers):
+            for layer, buf in enumerate(buffers[module]):
+                out.append(_compare(family, module, layer, buf[slot_a], buf[slot_b]))
+    for family in EMBEDDING_BUFFERS:
+        for module, buf in sorted(getattr(pool, family, {}).items()):
+            out.append(_compare(family, module, None, buf[slot_a], buf[slot_b]))
+    return [m for m in out if m is not None]

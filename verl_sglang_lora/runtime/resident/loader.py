@@ -36,12 +36,11 @@ import torch
 from . import protocol as P
 from .access import (ResidentError, buffer_id, ensure_resident, find_lora_manager, is_pinned,
                      notify_slots_updated, resolve_uid)
-from .execute import differing_pairs, run_copies
+from .execute import compare_slots, differing_pairs, run_copies
 from .mirror import Mirror
-from .plan import CopyPair, SlotLayout, bind
+from .plan import CopyPair, bind
 from .protocol import ErrorCode as E
 from .trace import trace_layout
-from .verify import compare_slots
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +51,9 @@ class SlotState:
 
     uid: str
     buffer_id: int
-    layout: SlotLayout
     pairs: list[CopyPair]
     flat: Optional[torch.Tensor]  # the trainer's flat buffer (CUDA-IPC view), kept referenced
     mirror: Optional[Mirror]
-    mirror_reason: str  # why there is no mirror (said in the attach's reply)
     reply: Optional[tuple[torch.Tensor, torch.Tensor]]  # the slot's reply channel (status, message)
     version: int = -1
 
@@ -72,12 +69,15 @@ def _sync(pairs: list[CopyPair]) -> None:
         torch.cuda.current_stream(pairs[0][1].device).synchronize()
 
 
-def _layout_for(manager: Any, uid: str, tensors: dict) -> SlotLayout:
-    layout = trace_layout(manager, uid, tensors)
+def _bind(manager: Any, uid: str, slot: int, req: P.Request) -> list[CopyPair]:
+    """The request's adapter tensors bound to ``slot`` by the layout SGLang's own load gives them on this rank."""
+    if not req.tensors:
+        raise ResidentError(E.BAD_REQUEST, f"op={req.op} carries the adapter tensors")
+    layout = trace_layout(manager, uid, req.tensors)
     if layout.unused_sources:
         raise ResidentError(E.UNSUPPORTED_LAYOUT, f"SGLang's load ignores {len(layout.unused_sources)} tensors, "
                                                   f"e.g. {layout.unused_sources[0]}: they would never reach the slot")
-    return layout
+    return bind(layout, manager.memory_pool, slot, req.tensors)
 
 
 def _check_pairs(pairs: list[CopyPair], what: str) -> None:
@@ -87,7 +87,7 @@ def _check_pairs(pairs: list[CopyPair], what: str) -> None:
                                         f"(first: block {bad[0]})")
 
 
-def _write(state: SlotState) -> dict[int, int]:
+def _write(manager: Any, state: SlotState) -> dict[int, int]:
     """Copy the attached sources into the slot, then verify it exactly: read back whole against the trainer's buffer
     (mirror) or block by block against the source views."""
     t0 = time.perf_counter_ns()
@@ -102,6 +102,7 @@ def _write(state: SlotState) -> dict[int, int]:
     else:
         _check_pairs(state.pairs, "written slot")
         by = P.BY_PAIRS
+    notify_slots_updated(manager, {state.buffer_id})
     return {P.N_COPIES: len(state.pairs), P.COPY_NS: t1 - t0, P.VERIFY_NS: time.perf_counter_ns() - t1,
             P.VERIFIED_BY: by}
 
@@ -128,17 +129,13 @@ def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
 
 
 def _attach(manager: Any, uid: str, slot: int, req: P.Request, fields: dict[int, int]) -> str:
-    if not req.tensors:
-        raise ResidentError(E.BAD_REQUEST, "op=attach carries the adapter tensors")
-    layout = _layout_for(manager, uid, req.tensors)
-    pairs = bind(layout, manager.memory_pool, slot, req.tensors)
+    pairs = _bind(manager, uid, slot, req)
     mirror, reason = (None, "the attach carried no flat buffer") if req.flat is None else \
         Mirror.build(req.flat, pairs, sum(t.numel() for t in req.tensors.values()))
-    state = SlotState(uid, slot, layout, pairs, req.flat, mirror, reason, req.reply, fields[P.VERSION])
+    state = SlotState(uid, slot, pairs, req.flat, mirror, req.reply, fields[P.VERSION])
     _SLOTS[(id(manager), uid)] = state
     if req.get("write") == "1":
-        fields.update(_write(state))
-        notify_slots_updated(manager, {slot})
+        fields.update(_write(manager, state))
     extra = f" for {mirror.buf.numel()} bytes" if mirror is not None else f" (verified block by block: {reason})"
     return f"attached {len(pairs)} copies, mirror{extra}"
 
@@ -162,9 +159,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
             raise ResidentError(E.SLOTS_DIFFER, text)
         return fields, text
     if req.op == "verify":
-        if not req.tensors:
-            raise ResidentError(E.BAD_REQUEST, "op=verify carries the adapter tensors the loaded adapter must hold")
-        pairs = bind(_layout_for(manager, uid, req.tensors), manager.memory_pool, slot, req.tensors)
+        pairs = _bind(manager, uid, slot, req)
         _check_pairs(pairs, f"the pool's bytes for {req.get('slot')!r}")
         fields.update({P.N_COPIES: len(pairs), P.VERIFIED_BY: P.BY_PAIRS})
         return fields, f"verified {len(pairs)} blocks against the tensors sent"
@@ -174,8 +169,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
         return fields, _attach(manager, uid, slot, req, fields)
     if state is None:  # write
         raise ResidentError(E.NOT_ATTACHED, "op=write needs an attached slot")
-    fields.update(_write(state))
-    notify_slots_updated(manager, {slot})
+    fields.update(_write(manager, state))
     state.version = fields[P.VERSION]
     return fields, "written"
 

@@ -11,14 +11,13 @@ source element carried its own id (see ``trace``); rectangles of consecutive ids
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 
 UNTOUCHED = -1  # probe fill: SGLang did not write this element
-ZERO = 0  # SGLang wrote a zero
 
 
 @dataclass(frozen=True)
@@ -59,13 +58,9 @@ class Block:
 class SlotLayout:
     """Everything needed to write an adapter of this shape into a slot of this pool, for one TP rank."""
 
-    rank: int
-    tp_rank: int
-    tp_size: int
     sources: tuple[SourceSpec, ...]
     blocks: tuple[Block, ...]
     unused_sources: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def copied_elements(self) -> int:
@@ -88,18 +83,14 @@ class SlotLayout:
 CopyPair = tuple[Optional[torch.Tensor], torch.Tensor]
 
 
-def pool_buffer(pool: Any, block: Block) -> torch.Tensor:
-    buffers = pool.A_buffer if block.buffer == "A" else pool.B_buffer
-    return buffers[block.module][block.layer]
-
-
 def bind(layout: SlotLayout, pool: Any, slot: int, sources: Mapping[str, torch.Tensor]) -> list[CopyPair]:
     """(source view, destination view) pairs into ``slot`` of ``pool``; nothing is copied here."""
     layout.check_sources(sources)
     flat = {name: t.reshape(-1) for name, t in sources.items()}
     pairs: list[CopyPair] = []
     for b in layout.blocks:
-        dst = pool_buffer(pool, b)[slot, b.row0:b.row0 + b.rows, b.col0:b.col0 + b.cols]
+        buffers = pool.A_buffer if b.buffer == "A" else pool.B_buffer
+        dst = buffers[b.module][b.layer][slot, b.row0:b.row0 + b.rows, b.col0:b.col0 + b.cols]
         if b.src is None:
             pairs.append((None, dst))
             continue
@@ -128,6 +119,9 @@ def _runs(trace: np.ndarray) -> tuple[np.ndarray, ...]:
 
 def _split_progressions(bases: np.ndarray) -> list[tuple[int, int, int]]:
     """Split consecutive-row bases into arithmetic progressions: (start index, count, stride)."""
+    diffs = np.diff(bases)
+    if len(diffs) == 0 or np.all(diffs == diffs[0]):  # the common case, one progression: no Python loop over rows
+        return [(0, len(bases), int(diffs[0]) if len(diffs) else 0)]
     out: list[tuple[int, int, int]] = []
     i, n = 0, len(bases)
     while i < n:
@@ -170,14 +164,9 @@ def blocks_from_trace(trace: np.ndarray, sources: Sequence[SourceSpec], buffer: 
             continue
         spec = sources[k]
         bases = first[s:e] - spec.id_offset - 1
-        diffs = np.diff(bases)
-        parts = [(0, e - s, int(diffs[0]) if len(diffs) else 0)] if (len(diffs) == 0 or np.all(diffs == diffs[0])) \
-            else _split_progressions(bases)
-        for i, n, stride in parts:
-            if stride < 0:  # rows repeat or run backwards (e.g. a replicated A): one block per row
-                parts_rows = [(i + t, 1) for t in range(n)]
-            else:
-                parts_rows = [(i, n)]
+        for i, n, stride in _split_progressions(bases):
+            # rows that repeat or run backwards (e.g. a replicated A): one block per row
+            parts_rows = [(i + t, 1) for t in range(n)] if stride < 0 else [(i, n)]
             for j, m in parts_rows:
                 step = stride if m > 1 else spec.row_len
                 blocks.append(Block(buffer, module, layer, int(row[s + j]), m, c0, w, spec.name, int(bases[j]), step))

@@ -69,7 +69,7 @@ class ErrorCode(enum.IntEnum):
     NOT_PINNED = 10
     NOT_ATTACHED = 11
     MISMATCH = 12
-    SLOTS_DIFFER = 14  # 13 is not used: it was declared and never raised, and is kept free so old logs read the same
+    SLOTS_DIFFER = 14  # 13 stays unassigned, so logs that carry it keep their meaning
 
 
 ERRORS = {
@@ -99,8 +99,8 @@ class Request:
     flat: Optional[torch.Tensor] = None
     reply: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # the reply channel an attach hands over
 
-    def get(self, key: str, default: Optional[str] = None) -> Optional[str]:
-        return self.fields.get(key, default)
+    def get(self, key: str) -> Optional[str]:
+        return self.fields.get(key)
 
     def int(self, key: str, default: int = 0) -> int:
         value = self.fields.get(key)

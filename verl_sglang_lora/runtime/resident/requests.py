@@ -1,17 +1,14 @@
-"""Trainer side of the resident path: the loader requests a weight-sync client hands the server actor.
+"""Both ends of a loader request outside SGLang: the sync client builds them, the server actor sends them.
 
-Every op gets its own status/message tensor pair on the client's GPU, shared with SGLang's scheduler over CUDA IPC
-(``protocol``); the client reads them after the server actor's call returns (the loader synchronizes before SGLang
-answers). ``attach`` carries, once, CUDA-IPC views of the persistent flat adapter buffer and the slot's reply channel
-(the write pair); a ``write`` then carries only its header name on an empty tensor -- no IPC handle to share or
-open -- the loader copies from the attached views, verifies the slot against the trainer's buffer byte for byte and
-answers on the reply channel; the client knows the answer by its ``seq``. A verified answer is what lets the client
-ask the server actor to serve the slot (two-phase sync).
+Every op has its own status/message pair on the client's GPU, shared with SGLang's scheduler over CUDA IPC; the
+client reads it after the server actor's call returns (the loader synchronizes before SGLang answers). A ``write``
+moves no tensor: its empty header is answered on the reply channel the slot's ``attach`` handed over (``protocol``),
+and the client knows the answer by its ``seq``. A verified answer is what lets the client ask the server actor to
+serve the slot (two-phase sync).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -20,9 +17,54 @@ from typing import Any
 import torch
 
 from verl_sglang_lora.runtime.resident import protocol as P
+from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
+from verl_sglang_lora.sglang_contract.update_session import Call, HeldSession
 
 SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
-logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ResidentSlots:
+    """The server actor's view of the two slots.
+
+    Both are created once per SGLang launch from the first adapter sync (SGLang's own tensor load, so the first
+    served bytes are SGLang's), then attached. Every later sync writes the idle slot in place and makes it the
+    served name. A slot that an in-flight request still uses is never written: that sync takes the versioned load.
+    """
+
+    created: bool = False  # both slots loaded (pinned) in this SGLang launch
+    attached: bool = False  # the loader holds the client's flat-buffer views for both slots
+    active: str | None = None  # the slot new requests name
+    written: str | None = None  # the slot the last write (or the attach) filled: served only once committed
+    disabled: str | None = None  # why the in-place path is off for the rest of this launch
+
+    def idle(self, refs: dict[str, int]) -> str | None:
+        """The slot a write may touch: not the served one, and no request holds it."""
+        for slot in SLOTS:
+            if slot != self.active and refs.get(slot, 0) == 0:
+                return slot
+        return None
+
+
+def update_request(blobs: list[Any], load_format: str) -> Any:
+    """SGLang's ``update_weights_from_tensor`` request for the loader, from the release's declared fields:
+    ``flush_cache`` off (prefixes are keyed by version, ``prefix_tags``); a speculative draft model has no LoRA
+    slots (``disable_draft_model`` or ``selector=target``)."""
+    cls = io_struct("UpdateWeightsFromTensorReqInput")
+    declared = struct_fields(cls)
+    kwargs: dict[str, Any] = {"serialized_named_tensors": blobs, "load_format": load_format, "flush_cache": False}
+    if "disable_draft_model" in declared:
+        kwargs["disable_draft_model"] = True
+    if "selector" in declared:
+        kwargs["selector"] = "target"
+    return cls(**kwargs)
+
+
+async def send_loader_request(call: Call, blobs: list[Any], load_format: str, session: HeldSession) -> None:
+    """The update, inside ``session`` where the release has one: SGLang >= 0.5.23 takes a tensor update only between
+    ``begin_weight_update`` and ``end_weight_update``, so the writes share one held session
+    (``support.session_unsafe_base`` keeps the path off where begin/end would touch the served base weights)."""
+    await session.run(call, "update_weights_from_tensor", update_request(blobs, load_format))
 
 
 class LoadVerifyError(RuntimeError):
@@ -58,9 +100,7 @@ class ResidentRequests:
 
     def _pair(self, op: str, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
         """The op's status/message pair, made once and kept alive across calls (the loader may hold it: reply
-        channel). Made only when missing: a write that launches no kernel has nothing for its stream sync to wait on
-        (on the H200 the sync behind a fresh pair's three tiny kernels took 2.3 ms while SGLang's process held the
-        GPU)."""
+        channel). Made only when missing: a write that launches no kernel leaves its stream sync nothing to wait on."""
         pair = self._status.get((op, slot))
         if pair is None:
             pair = self._status[(op, slot)] = (P.new_status(self.device), P.new_message(4096, self.device))
@@ -134,7 +174,7 @@ def write_targets(served: str | None) -> tuple[str, ...]:
 
 
 def attach_summary(calls: list[LoaderCall]) -> str:
-    """What the loader said about each attach that ran (its layout, how it verifies, SGLang's update check)."""
+    """What the loader said about each attach that ran (its copy count, and how it verifies the slot)."""
     return "; ".join(f"{c.slot}: {c.result().get('message') or '(no message)'}" for c in calls if c.op == "attach")
 
 

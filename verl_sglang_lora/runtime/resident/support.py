@@ -25,14 +25,12 @@ def unsupported_reason(mode: str, sglang_ranks: int, base_unsafe: str | None = N
     try:
         from sglang.srt.server_args import ServerArgs
 
-        from verl_sglang_lora.sglang_contract.installed import io_struct
+        from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
     except Exception as exc:  # noqa: BLE001 - no SGLang: nothing can run anyway; say why
         return f"SGLang is not importable here ({type(exc).__name__}: {exc})"
     declared = getattr(ServerArgs, "__dataclass_fields__", None) or getattr(ServerArgs, "__struct_fields__", ())
     if "custom_weight_loader" not in declared:
         return "the installed SGLang's ServerArgs has no custom_weight_loader (the in-place writer's entry point)"
-    from verl_sglang_lora.sglang_contract.installed import struct_fields
-
     if "pinned" not in struct_fields(io_struct("LoadLoRAAdapterFromTensorsReqInput")):
         return "the installed SGLang cannot pin an adapter loaded from tensors (the slots would be evictable)"
     if weight_update_session() and base_unsafe:

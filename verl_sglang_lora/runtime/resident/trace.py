@@ -23,12 +23,10 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from .access import ResidentError, new_adapter
+from .access import EMBEDDING_BUFFERS, ResidentError, new_adapter
 from .protocol import ErrorCode as E
 from .plan import UNTOUCHED, Block, SlotLayout, blocks_from_trace, source_specs
 
-_EMPTY_DICT_ATTRS = ("embedding_A_buffer", "embedding_B_buffer", "lm_head_A_buffer", "lm_head_B_buffer",
-                     "new_embeddings_buffer")
 _ADAPTER_EMPTY_ATTRS = ("embedding_layers", "added_tokens_embeddings", "pinned_embedding_layers",
                         "pinned_added_tokens_embeddings")
 
@@ -105,7 +103,7 @@ def trace_layer(manager: Any, uid: str, layer: int, probes: Mapping[str, torch.T
     shadow_b = {k: probe(pool.B_buffer[k][layer]) for k in keys}
     pool_view = AttributeView(pool, A_buffer=shadow_a, B_buffer=shadow_b, num_layer=1,
                               pin_memory_available=False, enable_lora_overlap_loading=False,
-                              **{a: {} for a in _EMPTY_DICT_ATTRS})
+                              **{a: {} for a in EMBEDDING_BUFFERS})
     with _quiet(type(pool).__module__):
         type(pool).load_lora_weight_to_buffer(
             pool_view, uid, 0, adapter_view, [manager.lora_modules[layer]],
@@ -149,11 +147,5 @@ def trace_layout(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor]) ->
             last = b.offset + (b.rows - 1) * b.stride + b.cols
             if b.offset < 0 or last > spec.numel:
                 raise ResidentError(E.TRACE_INCONSISTENT, f"traced block reads outside {b.src}: {b}")
-    return SlotLayout(
-        rank=int(manager.loras[uid].config.r),
-        tp_rank=int(getattr(pool, "tp_rank", 0)),
-        tp_size=int(getattr(pool, "tp_size", 1)),
-        sources=specs,
-        blocks=tuple(blocks),
-        unused_sources=tuple(sorted(s.name for s in specs if s.name not in used)),
-    )
+    return SlotLayout(sources=specs, blocks=tuple(blocks),
+                      unused_sources=tuple(sorted(s.name for s in specs if s.name not in used)))
