@@ -29,7 +29,7 @@ sys.path.append(sys.argv[1])
 from verl_sglang_lora.tools.compat_probe import ReleaseWeightUpdater
 from verl_sglang_lora.sglang_contract.installed import weight_update_session
 from verl_sglang_lora.sglang_contract.update_session import HeldSession, begin_request, end_request, update_session
-from verl_sglang_lora.runtime.resident.update_request import update_request
+from verl_sglang_lora.runtime.resident.requests import update_request
 from verl_sglang_lora.runtime.resident.requests import detach_request
 
 UPDATE = "update_weights_from_tensor"
