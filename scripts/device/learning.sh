@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The learning comparison on one GPU: GRPO on the offline task (tools/offline_reward.py) through the FSDP example,
+# The learning comparison on one GPU: GRPO on the offline task (tools/offline_reward.py) through an example
+# (TRAINER=fsdp, the default, or megatron with the Megatron stack installed),
 # every arm x seed at once (each its own Ray instance and SGLang server, GPU memory split between them), then one
 # record per run in $OUT/results/learning.json (scripts/records.py learning).
 #   VSL_COMMIT=<sha> STEPS=30 LR=2e-4 SEEDS="1 2" ARMS="adapter merge reference" bash scripts/device/learning.sh
@@ -9,7 +10,7 @@
 # Needs the offline bundle installed (scripts/device/evidence.sh installs it).
 set -uo pipefail
 source scripts/device/env.sh
-STEPS=${STEPS:-30}; LR=${LR:-2e-4}; SEEDS=${SEEDS:-1 2}; ARMS=${ARMS:-adapter merge reference}
+STEPS=${STEPS:-30}; LR=${LR:-2e-4}; TRAINER=${TRAINER:-fsdp}; EXAMPLE=examples/run_qwen3_lora_$TRAINER.sh; SEEDS=${SEEDS:-1 2}; ARMS=${ARMS:-adapter merge reference}
 RUN_TIMEOUT=${RUN_TIMEOUT:-480}
 read -ra arms <<< "$ARMS"; read -ra seeds <<< "$SEEDS"
 MEM=$(python3 -c "print(round(0.8 / ${#arms[@]} / ${#seeds[@]}, 3))")  # each SGLang's share of the GPU
@@ -28,10 +29,10 @@ for arm in "${arms[@]}"; do
         rank=32; [ "$arm" = reference ] && rank=0
         # one assets folder per run: every example start rewrites its assets
         # shellcheck disable=SC2046
-        LORA_RANK=$rank STEPS=$STEPS LR=$LR EXP=learn_${arm}_s$seed ASSETS=/tmp/assets/${arm}_s$seed timeout "$RUN_TIMEOUT" \
-            bash examples/run_qwen3_lora_fsdp.sh "${SGLANG_GPU_ARGS[@]}" $(arm_args "$arm") data.seed="$seed" \
+        LORA_RANK=$rank STEPS=$STEPS LR=$LR EXP=learn_${TRAINER}_${arm}_s$seed ASSETS=/tmp/assets/${arm}_s$seed timeout "$RUN_TIMEOUT" \
+            bash "$EXAMPLE" "${SGLANG_GPU_ARGS[@]}" $(arm_args "$arm") data.seed="$seed" \
             actor_rollout_ref.rollout.seed="$seed" actor_rollout_ref.rollout.gpu_memory_utilization="$MEM" \
-            actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1 > "/tmp/learn_${arm}_s$seed.log" 2>&1 &
+            actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1 > "/tmp/learn_${TRAINER}_${arm}_s$seed.log" 2>&1 &
         pids+=($!)
         sleep "${STAGGER_S:-10}"  # staggered starts: each Ray instance and SGLang server picks its ports while the last settles
     done
@@ -39,10 +40,10 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 for arm in "${arms[@]}"; do
     for seed in "${seeds[@]}"; do
-        log=/tmp/learn_${arm}_s$seed.log
+        log=/tmp/learn_${TRAINER}_${arm}_s$seed.log
         rank=32; [ "$arm" = reference ] && rank=0
-        python3 scripts/records.py learning "$log" --arm "$arm" --trainer fsdp --seed "$seed" --out "$LOGDIR/results" \
-            --command "LORA_RANK=$rank STEPS=$STEPS LR=$LR bash examples/run_qwen3_lora_fsdp.sh $(arm_args "$arm") data.seed=$seed actor_rollout_ref.rollout.seed=$seed (triton attention, pytorch sampling, eager)"
+        python3 scripts/records.py learning "$log" --arm "$arm" --trainer "$TRAINER" --seed "$seed" --out "$LOGDIR/results" \
+            --command "LORA_RANK=$rank STEPS=$STEPS LR=$LR bash $EXAMPLE $(arm_args "$arm") data.seed=$seed actor_rollout_ref.rollout.seed=$seed (triton attention, pytorch sampling, eager)"
         grep -E "Traceback|Error" "$log" | grep -v "UserWarning\|warnings.warn" | tail -3
     done
 done
