@@ -13,8 +13,8 @@ The pins are every group the offline bundle installs from the lock, read with it
   transformers==5.6.0, which verl 0.9.1 excludes), marked ``# --no-deps`` and left out of the pair's extra; the lock
   pins what they need;
 - ``# no-deps keep-requires: NAME...``: the same mark, for a package whose other requirements must still be installed
-  (verl 0.9.1 beside SGLang 0.5.23's transformers 5.19). No resolver can install such a pair with this plugin (whose
-  own requirement on verl brings verl's ranges back), so the pair gets a requirements file too,
+  (verl 0.9.1 beside SGLang 0.5.18's transformers 5.12.1 or 0.5.23's 5.19). No resolver can install such a pair with
+  this plugin (whose own requirement on verl brings verl's ranges back), so the pair gets a requirements file too,
   constraints/requires/<pair>.txt: the pins but the --no-deps ones, plus those packages' other requirements (read from
   their installed metadata, or their wheels in .whl/). Its header says the two commands.
 The default pair's file (requirements.lock's) says ``# extra: gpu``: setup.py makes its pins the ``gpu`` extra.
@@ -36,7 +36,7 @@ ROOT = HERE.parent
 BUNDLE = ROOT / "scripts" / "offline_bundle"
 BUILD = BUNDLE / "build.py"
 LOCK = BUNDLE / "requirements.lock"  # the default pair's: the `gpu` extra
-LOCKS = (LOCK, BUNDLE / "requirements-sglang0.5.23.lock")
+LOCKS = (LOCK, BUNDLE / "requirements-sglang0.5.18.lock", BUNDLE / "requirements-sglang0.5.23.lock")
 # Preinstalled on the GPU host (the lock's header names their versions); the GPU runs used them.
 HOST_PACKAGES = ("torch", "torchvision", "triton")
 NO_DEPS_MARK = "# --no-deps"

@@ -14,16 +14,21 @@ import pytest
 from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-PAIR = ROOT / "constraints" / "verl0.9.1-sglang0.5.23.txt"
+# the pairs whose verl goes in --no-deps (constraints/requires/), each with its own torch
+PAIRS = {"0.5.18": "2.13.0", "0.5.23": "2.14.1"}
 
 
 def _checker() -> ModuleType:
     return load_script(ROOT / "constraints" / "check_resolve.py", "_vsl_check_resolve")
 
 
-def _judge(monkeypatch: pytest.MonkeyPatch, chosen: dict[str, str]) -> dict:
+def _pair(sglang: str) -> Path:
+    return ROOT / "constraints" / f"verl0.9.1-sglang{sglang}.txt"
+
+
+def _judge(monkeypatch: pytest.MonkeyPatch, chosen: dict[str, str], pair: Path) -> dict:
     cr = _checker()
-    if md.version("verl") != cr.pins(PAIR)[1]["verl"]:
+    if md.version("verl") != cr.pins(pair)[1]["verl"]:
         pytest.skip("the venv's verl is not the pair's")
 
     def fake_pip(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
@@ -33,26 +38,29 @@ def _judge(monkeypatch: pytest.MonkeyPatch, chosen: dict[str, str]) -> dict:
 
     monkeypatch.setattr(cr.subprocess, "run", fake_pip)
     monkeypatch.setattr(cr, "declared_requirements", lambda python, name, version: md.requires(name))
-    return cr.check("python3.12", PAIR)
+    return cr.check("python3.12", pair)
 
 
-def test_the_pinned_set_passes_with_only_the_declared_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    resolved, _ = _checker().pins(PAIR)
-    result = _judge(monkeypatch, {**resolved, "accelerate": "1.0.0"})
+@pytest.mark.parametrize("sglang", sorted(PAIRS))
+def test_the_pinned_set_passes_with_only_the_declared_override(monkeypatch: pytest.MonkeyPatch, sglang: str) -> None:
+    resolved, _ = _checker().pins(_pair(sglang))
+    result = _judge(monkeypatch, {**resolved, "accelerate": "1.0.0"}, _pair(sglang))
     assert result["ok"] and not result["pins_off"] and result["beyond_pins"] == ["accelerate"]
     assert [u.split(" requires ")[1].split(";")[0] for u in result["no_deps_unmet"]] == [
         "transformers!=5.6.0,<5.11,>=5.5.3"]
     assert result["no_deps_unmet"] == result["unmet_declared"]
 
 
-def test_a_requirement_the_file_does_not_declare_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    resolved, _ = _checker().pins(PAIR)
-    result = _judge(monkeypatch, {**resolved, "numpy": "1.26.4"})  # verl 0.9.1 declares numpy>=2.0.0
+@pytest.mark.parametrize("sglang", sorted(PAIRS))
+def test_a_requirement_the_file_does_not_declare_fails(monkeypatch: pytest.MonkeyPatch, sglang: str) -> None:
+    resolved, _ = _checker().pins(_pair(sglang))
+    result = _judge(monkeypatch, {**resolved, "numpy": "1.26.4"}, _pair(sglang))  # verl 0.9.1 declares numpy>=2.0.0
     assert not result["ok"]
     assert any("numpy>=2.0.0" in u for u in result["no_deps_unmet"])
 
 
-def test_a_pin_pip_would_not_choose_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    resolved, _ = _checker().pins(PAIR)
-    result = _judge(monkeypatch, {**resolved, "torch": "2.11.0"})
-    assert not result["ok"] and result["pins_off"] == {"torch": {"pinned": "2.14.1", "chosen": "2.11.0"}}
+@pytest.mark.parametrize("sglang", sorted(PAIRS))
+def test_a_pin_pip_would_not_choose_fails(monkeypatch: pytest.MonkeyPatch, sglang: str) -> None:
+    resolved, _ = _checker().pins(_pair(sglang))
+    result = _judge(monkeypatch, {**resolved, "torch": "2.11.0"}, _pair(sglang))
+    assert not result["ok"] and result["pins_off"] == {"torch": {"pinned": PAIRS[sglang], "chosen": "2.11.0"}}

@@ -22,6 +22,8 @@ from verl_sglang_lora.releases import SGLANG_RELEASES, VERL_RELEASES
 
 ROOT = Path(__file__).resolve().parents[1]
 DIST = "verl-sglang-lora"
+# The pairs whose lock carries its own torch (SGLang's pin), with the transformers SGLang pins: (torch, transformers)
+CARRIED_TORCH = {"0.5.18": ("2.13.0", "5.12.1"), "0.5.23": ("2.14.1", "5.19.0")}
 
 
 def _generator() -> ModuleType:
@@ -57,14 +59,18 @@ def test_constraints_files_are_generated_from_the_current_locks() -> None:
     assert host == {"torch": "2.11.0", "torchvision": "0.26.0", "triton": "3.6.0"}, host
     assert {n for n, (_, no_deps) in default.items() if no_deps} == {
         "sglang", "sglang-kernel", "flashinfer-python", "torch-memory-saver"}
-    # SGLang 0.5.23's pair: every group of its lock (its own torch 2.14.1); verl --no-deps
-    newest_lock = gen.LOCKS[1]
-    newest = _pins((ROOT / "constraints" / "verl0.9.1-sglang0.5.23.txt").read_text())
-    assert {n: v for n, (v, _) in newest.items()} == {gen._norm(n): v for n, v, _ in reader.read_lock(None, newest_lock)}
-    assert newest["torch"][0] == "2.14.1" and newest["transformers"][0] == "5.19.0"
-    assert {n for n, (_, no_deps) in newest.items() if no_deps} == {"verl"}
-    for pins in (default, newest):  # both ends are releases the plugin is checked against
+    # the pairs that carry their own torch (SGLang 0.5.18: torch 2.13.0; 0.5.23: 2.14.1): every group of the lock;
+    # verl --no-deps
+    assert [lock.name for lock in gen.LOCKS] == ["requirements.lock", *(f"requirements-sglang{s}.lock"
+                                                                       for s in CARRIED_TORCH)]
+    for sglang, (torch, transformers) in CARRIED_TORCH.items():
+        pins = _pins((ROOT / "constraints" / f"verl0.9.1-sglang{sglang}.txt").read_text())
+        lock = gen.BUNDLE / f"requirements-sglang{sglang}.lock"
+        assert {n: v for n, (v, _) in pins.items()} == {gen._norm(n): v for n, v, _ in reader.read_lock(None, lock)}
+        assert (pins["sglang"][0], pins["torch"][0], pins["transformers"][0]) == (sglang, torch, transformers)
+        assert {n for n, (_, no_deps) in pins.items() if no_deps} == {"verl"}
         assert pins["verl"][0] in VERL_RELEASES and pins["sglang"][0] in SGLANG_RELEASES
+    assert default["verl"][0] in VERL_RELEASES and default["sglang"][0] in SGLANG_RELEASES
     assert gen.main(["--check"]) == 0
 
 
@@ -85,20 +91,21 @@ def test_pyproject_holds_the_static_metadata() -> None:
         assert all(list(folder.glob(p)) for p in patterns), package
 
 
-def test_no_deps_marks_follow_the_declared_requirements() -> None:
-    """verl 0.9.1 is --no-deps beside SGLang 0.5.23 because its own metadata (the installed one) excludes that pair's
-    transformers; its requirements file keeps every other unconditional requirement of verl."""
+@pytest.mark.parametrize("sglang", sorted(CARRIED_TORCH))
+def test_no_deps_marks_follow_the_declared_requirements(sglang: str) -> None:
+    """verl 0.9.1 is --no-deps beside SGLang 0.5.18 and 0.5.23 because its own metadata (the installed one) excludes
+    those pairs' transformers; the requirements file keeps every other unconditional requirement of verl."""
     from packaging.requirements import Requirement
 
     gen = _generator()
-    newest = _pins((ROOT / "constraints" / "verl0.9.1-sglang0.5.23.txt").read_text())
+    newest = _pins((ROOT / "constraints" / f"verl0.9.1-sglang{sglang}.txt").read_text())
     assert md.version("verl") == newest["verl"][0]
     declared = [Requirement(r) for r in md.requires("verl") if "extra ==" not in r]
     (transformers,) = [r for r in declared if r.name == "transformers"]
     assert not transformers.specifier.contains(newest["transformers"][0])
-    requires = (ROOT / "constraints" / "requires" / "verl0.9.1-sglang0.5.23.txt").read_text().splitlines()
+    requires = (ROOT / "constraints" / "requires" / f"verl0.9.1-sglang{sglang}.txt").read_text().splitlines()
     lines = {gen._norm(Requirement(line).name): line for line in requires if line and not line.startswith("#")}
-    assert "verl" not in lines and lines["transformers"] == "transformers==5.19.0"
+    assert "verl" not in lines and lines["transformers"] == f"transformers=={CARRIED_TORCH[sglang][1]}"
     for r in declared:
         if r.name != "transformers":
             assert gen._norm(r.name) in lines, r  # pinned by the set, or kept from verl's metadata
