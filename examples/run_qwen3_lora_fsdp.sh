@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FSDP + LoRA + SGLang GRPO with rollout.name=sglang_lora (the seed-000 FSDP script's knobs).
+# FSDP + LoRA + SGLang GRPO with rollout.name=sglang_lora.
 #
 # FSDP2 by default: with FSDP1 (strategy=fsdp) verl 0.9.1's collect_lora_params hands over no LoRA tensors
 # (also with use_orig_params=True); the plugin refuses that empty adapter loudly.

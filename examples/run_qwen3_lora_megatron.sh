@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Megatron + LoRA + SGLang GRPO with rollout.name=sglang_lora (the seed-000 Megatron script's knobs).
+# Megatron + LoRA + SGLang GRPO with rollout.name=sglang_lora.
 # Megatron reads model.lora.{rank,alpha}; the config tree is ppo_megatron_trainer.
 # With no MODEL_PATH/DATA it uses the tiny offline model + synthetic set and one GPU.
 # The served-effect check (docs/reliability.md) needs the rollout's log-probs (rollout.calculate_log_probs=True)
