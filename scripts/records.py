@@ -6,6 +6,7 @@ A record is one run: ``{"kind", "date", "commit", "gpu", "versions": {verl, sgla
     python scripts/records.py e2e LOG --command "..." [--out DIR]          # a verl run's console log -> a record
     python scripts/records.py json KIND FILE --command "..." [--out DIR]   # a benchmark's JSON output -> a record
     python scripts/records.py learning LOG --arm A --trainer T --seed S --command "..."  # a learning-curve run
+    python scripts/records.py scale LOG --shape S --arm A --responses N --command "..."     # a scale run's step figures
     python scripts/records.py render                                        # docs/validation.md, docs/benchmarks.md
     python scripts/records.py check                                         # exit 1 when the docs are not current
 
@@ -106,6 +107,52 @@ def learning_figures(log: str, arm: str, trainer: str, seed: int) -> dict[str, A
             "tracebacks": log.count("Traceback (most recent call last)")}
 
 
+SCALE_PARTS = ("gen", "old_log_prob", "ref", "update_actor", "update_weights")
+SCALE_KEYS = ("timing_s/step", *(f"timing_s/{p}" for p in SCALE_PARTS), "sglang_lora/sync_total_ms",
+              "actor/perf/max_memory_allocated_gb", "actor/perf/cpu_memory_used_gb", "response_length/mean",
+              "response_length/clip_ratio", "perf/throughput")
+ROLLOUT_TOKENS_FROM = "response_length/mean x responses / timing_s/gen, per step"
+
+
+def _median(xs: list[float | None]) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def _peak(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return max(xs) if xs else None
+
+
+def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
+                  lora_backend: str | None = None) -> dict[str, Any]:
+    """One scale run: medians over its steps after the first (which compiles kernels and makes the first sync) of
+    verl's step time and its parts (``timing_s/*``) and of the plugin's sync time; the trainer's peak GPU memory
+    (``actor/perf/max_memory_allocated_gb``) and the host's used memory (``actor/perf/cpu_memory_used_gb``, all
+    processes), each the largest over all steps; rollout tokens per second from the response lengths."""
+    n, s = step_series(log, SCALE_KEYS)
+    skip = 1 if n > 1 else 0
+
+    def med(key: str) -> float | None:
+        return _median(s[key][skip:])
+
+    rates = [None if None in (length, gen) or not gen else length * responses / gen
+             for length, gen in zip(s["response_length/mean"], s["timing_s/gen"])]
+    return {"shape": shape, "trainer": trainer, "arm": arm, "lora_backend": lora_backend or None, "steps": n,
+            "measured_steps": n - skip, "step_s_p50": med("timing_s/step"),
+            "parts_s": {p: med(f"timing_s/{p}") for p in SCALE_PARTS},
+            "sync_ms_p50": med("sglang_lora/sync_total_ms"),
+            "peak_gpu_gib": {"trainer": _peak(s["actor/perf/max_memory_allocated_gb"]), "sglang": None},
+            "host_rss_gib": _peak(s["actor/perf/cpu_memory_used_gb"]),
+            "rollout_tokens_per_s": _median(rates[skip:]), "rollout_tokens_per_s_from": ROLLOUT_TOKENS_FROM,
+            "responses": responses, "response_length_mean": med("response_length/mean"),
+            "response_clip_ratio_min": min((x for x in s["response_length/clip_ratio"] if x is not None), default=None),
+            "base_tokens_per_s": None, "tracebacks": log.count("Traceback (most recent call last)")}
+
+
 def append(record: dict[str, Any], out_dir: Path = RESULTS) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{record['kind']}.json"
@@ -188,6 +235,25 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
                     f"{cells[lv][key] / cells[lv]['steps']:.4f} / {cells[lv]['inconclusive'] / cells[lv]['steps']:.2f}"
                     for lv in levels) + " |")
             out.append("")
+    scale = [r for r in records.get("scale", []) if r["figures"]["steps"]]
+    if scale:
+        out += ["## One-GPU scale runs", "",
+                "`bash scripts/device/scale.sh`: the FSDP GRPO example on a random-weights checkpoint of the shape "
+                "with a fixed response length, per arm (adapter: `rollout.name=sglang_lora`; merge: `lora.merge=True`; "
+                "no_lora: full fine-tuning with `rollout.name=sglang`, actor offloaded). Seconds are medians over the "
+                "steps after the first; GPU GiB is the trainer's peak allocation; host GiB is the host's used memory; "
+                "rollout tok/s is response_length/mean x responses / timing_s/gen.", "",
+                "| where | shape | arm | LoRA backend | steps | step s | gen s | old_log_prob s | ref s | update_actor s "
+                "| update_weights s | sync ms | GPU GiB | host GiB | rollout tok/s | length clip ratio |",
+                "|---" * 16 + "|"]
+        for r in scale:
+            f = r["figures"]
+            p = f["parts_s"]
+            out.append(f"| {_where(r)} | {f['shape']} | {f['arm']} | {_fmt(f['lora_backend'])} | {f['steps']} | "
+                       f"{_fmt(f['step_s_p50'])} | " + " | ".join(_fmt(p[k]) for k in SCALE_PARTS) + " | "
+                       f"{_fmt(f['sync_ms_p50'])} | {_fmt(f['peak_gpu_gib']['trainer'])} | {_fmt(f['host_rss_gib'])} | "
+                       f"{_fmt(f['rollout_tokens_per_s'])} | {_fmt(f.get('response_clip_ratio_min'))} |")
+        out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -288,6 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     learn.add_argument("--seed", required=True, type=int)
     learn.add_argument("--command", required=True)
     learn.add_argument("--out", type=Path, default=RESULTS)
+    scale = sub.add_parser("scale")
+    scale.add_argument("log", type=Path)
+    scale.add_argument("--shape", required=True)
+    scale.add_argument("--arm", required=True, choices=("adapter", "merge", "no_lora"))
+    scale.add_argument("--trainer", default="fsdp", choices=("fsdp", "megatron"))
+    scale.add_argument("--responses", required=True, type=int, help="responses per step: train_batch_size x n")
+    scale.add_argument("--lora-backend", default="")
+    scale.add_argument("--command", required=True)
+    scale.add_argument("--out", type=Path, default=RESULTS)
     text = sub.add_parser("text")
     text.add_argument("kind")
     text.add_argument("summary")
@@ -307,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "learning":
         figures = learning_figures(args.log.read_text(errors="replace"), args.arm, args.trainer, args.seed)
         print(append(make_record("learning", args.command, figures), args.out))
+    elif args.cmd == "scale":
+        figures = scale_figures(args.log.read_text(errors="replace"), args.shape, args.arm, args.trainer,
+                                args.responses, args.lora_backend)
+        print(append(make_record("scale", args.command, figures), args.out))
     elif args.cmd == "text":
         print(append(make_record(args.kind, args.command, {"summary": args.summary}), args.out))
     elif args.cmd == "merge":
