@@ -1,0 +1,77 @@
+"""The LoRA-throughput benchmark's CPU-checkable parts: backend discovery, arithmetic, table and JSON."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from verl_sglang_lora.tools import lora_throughput as lt
+
+
+def argparse_choices() -> tuple[list[str] | None, str]:
+    """The ``--lora-backend`` choices and default as SGLang's own parser declares them."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    action = next(a for a in parser._actions if "--lora-backend" in a.option_strings)
+    default = {f.name: f.default for f in dataclasses.fields(ServerArgs)}["lora_backend"]
+    return (list(action.choices) if action.choices else None), default
+
+
+def test_discovery_matches_installed_sglang() -> None:
+    choices, default = argparse_choices()
+    found, found_default = lt.declared_backends()
+    assert found_default == default
+    assert found == (choices or [default])
+    assert default in found
+
+
+def test_select_backends() -> None:
+    assert lt.select_backends(["a", "b", "c"], None) == ["a", "b", "c"]
+    assert lt.select_backends(["a", "b", "c"], ["c", "a"]) == ["a", "c"]
+    with pytest.raises(SystemExit):
+        lt.select_backends(["a"], ["z"])
+
+
+def test_tokens_per_s() -> None:
+    assert lt.tokens_per_s(64, 256, [2.0, 2.0]) == pytest.approx(64 * 256 / 2.0)
+    assert lt.tokens_per_s(1, 100, [0.5, 1.5]) == pytest.approx(100.0)
+    with pytest.raises(ValueError):
+        lt.tokens_per_s(1, 1, [])
+
+
+def synthetic_rows() -> list[dict]:
+    return [lt.make_row("triton", 64, 256, [1.0], [1.25], True),          # 0.8
+            lt.make_row("csgmv", 64, 256, [1.0], [1.1], True),            # ~0.909
+            lt.make_row("ascend", 64, 256, None, None, None, error="RuntimeError: no NPU | here")]
+
+
+def test_rows_fastest_table_json() -> None:
+    rows = synthetic_rows()
+    assert rows[0]["base_tok_s"] == 16384.0 and rows[0]["adapter_tok_s"] == 13107.2
+    assert rows[0]["adapter_over_base"] == 0.8 and rows[0]["meets_goal"] is False
+    assert rows[1]["meets_goal"] is True
+    assert lt.fastest(rows) == "csgmv"
+    assert lt.fastest(rows[2:]) is None
+    table = lt.format_table(rows)
+    lines = table.splitlines()
+    assert lines[0].startswith("| backend | base tok/s | adapter tok/s | adapter/base")
+    assert "| triton | 16384.0 | 13107.2 | 0.800 | yes |" in table
+    assert "RuntimeError: no NPU / here" in table
+    assert lines[-1].startswith("fastest: csgmv")
+    doc = json.loads(json.dumps(lt.report(rows, {"shape": "qwen3-8b"})))
+    assert doc["fastest"] == "csgmv" and doc["shape"] == "qwen3-8b" and len(doc["rows"]) == 3
+    assert doc["goal_adapter_over_base"] == 0.85
+
+
+def test_help_exits_zero() -> None:
+    out = subprocess.run([sys.executable, "-m", "verl_sglang_lora.tools.lora_throughput", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--backend" in out.stdout and "--gen-len" in out.stdout

@@ -1,0 +1,238 @@
+"""What rollout decode throughput serving a LoRA adapter costs, per SGLang LoRA backend (needs a GPU).
+
+    python -m verl_sglang_lora.tools.lora_throughput --shape qwen3-8b --rank 32 [--backend csgmv] [--json out.json]
+
+For every ``--lora-backend`` choice the installed SGLang declares in its ServerArgs CLI (``--backend`` restricts
+them), one in-process ``sglang.Engine`` is launched on a checkpoint of the shape written by
+``benchmarks.write_checkpoint(live=True)``, with the plugin's LoRA launch arguments (all linear modules,
+``max_lora_rank`` = ``--rank``), that backend, and CUDA graphs on (SGLang's default). One random non-zero PEFT
+adapter of rank ``--rank`` is loaded from disk with ``load_lora_adapter``. Decode throughput at a fixed length:
+``--batch`` prompts of ``--prompt-len`` random token ids, ``--gen-len`` new tokens each (``ignore_eos``,
+temperature 1.0), timed over ``--iters`` batches after one warm-up, once without an adapter (base) and once with
+it; tokens/s = batch * gen_len / seconds. A cheap correctness check: the adapter must change the served
+log-probs of a prompt against the base model. Each backend that fails is a row with its error.
+
+Goal: adapter throughput >= 85% of base. The backend named "fastest" is the one with the highest adapter/base
+ratio (ties: higher adapter tokens/s) -- the candidate for the plugin's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+GOAL_RATIO = 0.85
+
+
+def declared_backends() -> tuple[list[str], str]:
+    """(choices of ``--lora-backend`` in the installed SGLang's CLI, ServerArgs' default backend).
+
+    Read from SGLang's own argparse definition so a new or removed backend shows up without a version table; a
+    CLI without declared choices yields the default alone."""
+    from sglang.srt.server_args import ServerArgs
+
+    default = next(f.default for f in dataclasses.fields(ServerArgs) if f.name == "lora_backend")
+    parser = argparse.ArgumentParser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    choices: list[str] = []
+    for action in parser._actions:
+        if "--lora-backend" in action.option_strings:
+            choices = [str(c) for c in (action.choices or [])]
+    if not choices:
+        return [str(default)], str(default)
+    return choices, str(default)
+
+
+def select_backends(declared: list[str], wanted: list[str] | None) -> list[str]:
+    """The declared backends, restricted to ``wanted`` (kept in declared order); unknown names are an error."""
+    if not wanted:
+        return list(declared)
+    unknown = [b for b in wanted if b not in declared]
+    if unknown:
+        raise SystemExit(f"--backend {unknown} not among the installed SGLang's choices {declared}")
+    return [b for b in declared if b in wanted]
+
+
+def tokens_per_s(batch: int, gen_len: int, seconds: list[float]) -> float:
+    """Decode tokens per second over all timed iterations (each iteration decodes batch * gen_len tokens)."""
+    total = sum(seconds)
+    if total <= 0:
+        raise ValueError("no positive time measured")
+    return batch * gen_len * len(seconds) / total
+
+
+def make_row(backend: str, batch: int, gen_len: int, base_s: list[float] | None, adapter_s: list[float] | None,
+             changes_logprobs: bool | None = None, error: str | None = None) -> dict[str, Any]:
+    """One JSON row from raw timings; a row with ``error`` keeps whatever was measured before it."""
+    base = round(tokens_per_s(batch, gen_len, base_s), 1) if base_s else None
+    adapter = round(tokens_per_s(batch, gen_len, adapter_s), 1) if adapter_s else None
+    ratio = round(adapter / base, 4) if base and adapter else None
+    return {"backend": backend, "base_tok_s": base, "adapter_tok_s": adapter, "adapter_over_base": ratio,
+            "meets_goal": None if ratio is None else ratio >= GOAL_RATIO, "adapter_changes_logprobs": changes_logprobs,
+            "base_s": base_s, "adapter_s": adapter_s, "error": error}
+
+
+def fastest(rows: list[dict[str, Any]]) -> str | None:
+    """The backend with the highest adapter/base ratio among error-free rows (ties: higher adapter tokens/s)."""
+    ok = [r for r in rows if not r.get("error") and r.get("adapter_over_base") is not None]
+    if not ok:
+        return None
+    return max(ok, key=lambda r: (r["adapter_over_base"], r["adapter_tok_s"]))["backend"]
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown table of the rows plus the "fastest" line."""
+
+    def cell(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, bool):
+            return "yes" if v else "NO"
+        return f"{v:.3f}" if isinstance(v, float) and v < 10 else str(v)
+
+    lines = ["| backend | base tok/s | adapter tok/s | adapter/base | adapter changes log-probs | error |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['backend']} | {cell(r['base_tok_s'])} | {cell(r['adapter_tok_s'])} | "
+                     f"{cell(r['adapter_over_base'])} | {cell(r['adapter_changes_logprobs'])} | "
+                     f"{(r.get('error') or '').replace('|', '/')} |")
+    best = fastest(rows)
+    lines.append("")
+    lines.append(f"fastest: {best if best else 'none (every backend failed)'} (goal: adapter/base >= {GOAL_RATIO})")
+    return "\n".join(lines)
+
+
+def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document: run settings, rows, and the fastest backend."""
+    return {**meta, "goal_adapter_over_base": GOAL_RATIO, "rows": rows, "fastest": fastest(rows)}
+
+
+def write_adapter(model_dir: Path, rank: int, out: Path) -> Path:
+    """A random non-zero PEFT adapter (safetensors + adapter_config.json) with the shape's module names."""
+    from safetensors.torch import save_file
+
+    from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
+    from verl_sglang_lora.tools.benchmarks import random_adapter
+
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {n: t.contiguous() for n, t in random_adapter(model_dir, rank, seed=1)}
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    config = normalize_peft_config({"r": rank, "lora_alpha": 2 * rank, "target_modules": "all-linear"})
+    (out / "adapter_config.json").write_text(json.dumps(config))
+    return out
+
+
+def error_text(exc: BaseException) -> str:
+    first = str(exc).splitlines()[0][:240] if str(exc) else ""
+    return f"{type(exc).__name__}: {first}"
+
+
+def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Launch one engine with ``backend``, time base and adapter decode, shut it down; errors become the row's."""
+    import sglang
+
+    from verl_sglang_lora.runtime.lora_plan import lora_plan
+    from verl_sglang_lora.sglang_contract.errors import request_outcome
+    from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+    from verl_sglang_lora.tools.sync_matrix import logprobs
+
+    base_s: list[float] = []
+    adapter_s: list[float] = []
+    changes: bool | None = None
+    engine = None
+    try:
+        plan = lora_plan({"lora_rank": args.rank, "target_modules": "all-linear", "lora": {}})
+        launch = lora_launch_args(plan, max_lora_rank=args.rank)
+        engine = sglang.Engine(model_path=str(model_dir), mem_fraction_static=args.mem, skip_tokenizer_init=True,
+                               skip_server_warmup=True, log_level="warning", lora_backend=backend, **launch)
+        ok, message = request_outcome(engine.load_lora_adapter("bench", str(adapter_dir)))
+        if not ok:
+            raise RuntimeError(f"load_lora_adapter: {message}")
+        vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+        rng = random.Random(0)
+        prompts = [[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(args.batch)]
+        params = {"max_new_tokens": args.gen_len, "ignore_eos": True, "temperature": 1.0}
+
+        def timed(lora: str | None) -> float:
+            t0 = time.perf_counter()
+            engine.generate(input_ids=prompts, sampling_params=params,
+                            lora_path=None if lora is None else [lora] * len(prompts))
+            return time.perf_counter() - t0
+
+        for lora, samples in ((None, base_s), ("bench", adapter_s)):
+            timed(lora)  # warm-up: CUDA graph replay paths and the adapter's pool slot
+            samples.extend(timed(lora) for _ in range(args.iters))
+
+        def first_logprobs(lora: str | None) -> list[float]:
+            reply = engine.generate(input_ids=prompts[0], return_logprob=True, logprob_start_len=0, lora_path=lora,
+                                    sampling_params={"max_new_tokens": 1, "temperature": 0.0})
+            return logprobs(reply)
+
+        base_lp, adapter_lp = first_logprobs(None), first_logprobs("bench")
+        changes = len(base_lp) == len(adapter_lp) and max(abs(a - b) for a, b in zip(base_lp, adapter_lp)) > 1e-3
+        return make_row(backend, args.batch, args.gen_len, base_s, adapter_s, changes)
+    except Exception as exc:  # noqa: BLE001 - a failing backend is a row with its error, the others go on
+        return make_row(backend, args.batch, args.gen_len, base_s or None, adapter_s or None, changes,
+                        error=error_text(exc))
+    finally:
+        if engine is not None:
+            try:
+                engine.shutdown()
+            except Exception:  # noqa: BLE001 - the next backend launches its own engine regardless
+                pass
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from verl_sglang_lora.tools.benchmarks import SHAPES
+
+    p = argparse.ArgumentParser(prog="python -m verl_sglang_lora.tools.lora_throughput",
+                                description="Decode throughput with and without a LoRA adapter, per SGLang LoRA "
+                                            "backend (needs a GPU).")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-8b")
+    p.add_argument("--rank", type=int, default=32)
+    p.add_argument("--backend", action="append", help="restrict to these backends (repeatable)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--gen-len", type=int, default=256)
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--mem", type=float, default=0.8, help="mem_fraction_static")
+    p.add_argument("--json", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    declared, default = declared_backends()
+    backends = select_backends(declared, args.backend)
+    print(f"SGLang --lora-backend choices: {declared} (default {default}); measuring {backends}", flush=True)
+
+    from verl_sglang_lora.tools.benchmarks import write_checkpoint
+
+    root = Path(tempfile.mkdtemp(prefix="lora_tput_"))
+    try:
+        model_dir = write_checkpoint(args.shape, root / "model", live=True)
+        adapter_dir = write_adapter(model_dir, args.rank, root / "adapter")
+        rows = []
+        for backend in backends:
+            rows.append(measure_backend(backend, model_dir, adapter_dir, args))
+            print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("base_s", "adapter_s")}), flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(format_table(rows))
+    if args.json:
+        meta = {"shape": args.shape, "rank": args.rank, "batch": args.batch, "prompt_len": args.prompt_len,
+                "gen_len": args.gen_len, "iters": args.iters, "declared_backends": declared,
+                "default_backend": default}
+        args.json.write_text(json.dumps(report(rows, meta), indent=2))
+    return 0 if any(not r["error"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
