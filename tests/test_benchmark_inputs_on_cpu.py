@@ -53,3 +53,25 @@ def test_a_failing_path_is_a_table_row_not_the_end_of_the_run(capsys) -> None:
     assert "tiny plugin phases, p50 ms: {'collect': 4.0, 'load': 6.0}" in table
     assert "save to disk + /load_lora_adapter | fails: SGLangRequestError" in table and "DUMMY load_format" in table
     assert "verl stock ServerAdapter | fails: TypeError: x" in table
+
+
+def test_the_disk_adapter_folder_is_what_sglang_reads(tmp_path, monkeypatch) -> None:
+    """The folder every disk path writes: SGLang's own adapter reader takes its config and every tensor back."""
+    pytest.importorskip("transformers")
+    from safetensors.torch import load_file
+
+    from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
+
+    monkeypatch.setitem(benchmarks.SHAPES, "tiny", TINY)
+    model = benchmarks.write_checkpoint("tiny", tmp_path / "m", shard_bytes=64 << 10)
+    adapter = benchmarks.random_adapter(model, 4, seed=0)
+    config = normalize_peft_config({"r": 4, "lora_alpha": 8, "target_modules": "all-linear"})
+    (tmp_path / "a").mkdir()
+    out = benchmarks.save_peft_adapter(adapter, config, tmp_path / "a")
+    back = load_file(str(out / "adapter_model.safetensors"))
+    assert set(back) == {n for n, _ in adapter}
+    assert all(back[n].equal(t) for n, t in adapter)
+    from sglang.srt.lora.lora_config import LoRAConfig
+
+    served = LoRAConfig(str(out))
+    assert served.r == 4 and served.lora_alpha == 8

@@ -23,7 +23,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -175,16 +175,23 @@ async def bench_plugin(client, names, adapter, config, iters, flatten: bool | No
     return times[1:]  # first iteration warms the allocator and the LoRA pool
 
 
-async def bench_disk(client, adapter, config, iters, root: Path) -> list[float]:
+def save_peft_adapter(tensors: Iterable[tuple[str, torch.Tensor]], config: dict[str, Any], out: Path) -> Path:
+    """Write ``out/adapter_model.safetensors`` and ``out/adapter_config.json``, the folder SGLang's disk load reads
+    (``out`` must exist: callers that time the write create it outside the timed part)."""
     from safetensors.torch import save_file
 
+    save_file({n: t.contiguous() for n, t in tensors}, str(out / "adapter_model.safetensors"))
+    (out / "adapter_config.json").write_text(json.dumps(config))
+    return out
+
+
+async def bench_disk(client, adapter, config, iters, root: Path) -> list[float]:
     times, prev = [], None
     for v in range(iters + 1):
         t0 = time.perf_counter()
         d = root / f"disk_v{v}"
         d.mkdir(parents=True, exist_ok=True)
-        save_file({n: t.contiguous() for n, t in adapter}, str(d / "adapter_model.safetensors"))
-        (d / "adapter_config.json").write_text(json.dumps(config))
+        save_peft_adapter(adapter, config, d)
         name = f"disk_v{v}"
         await client.post("load_lora_adapter", {"lora_name": name, "lora_path": str(d)})
         if prev:

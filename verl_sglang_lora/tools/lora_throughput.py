@@ -116,17 +116,12 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
 
 def write_adapter(model_dir: Path, rank: int, out: Path) -> Path:
     """A random non-zero PEFT adapter (safetensors + adapter_config.json) with the shape's module names."""
-    from safetensors.torch import save_file
-
     from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
-    from verl_sglang_lora.tools.benchmarks import random_adapter
+    from verl_sglang_lora.tools.benchmarks import random_adapter, save_peft_adapter
 
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {n: t.contiguous() for n, t in random_adapter(model_dir, rank, seed=1)}
-    save_file(tensors, str(out / "adapter_model.safetensors"))
     config = normalize_peft_config({"r": rank, "lora_alpha": 2 * rank, "target_modules": "all-linear"})
-    (out / "adapter_config.json").write_text(json.dumps(config))
-    return out
+    return save_peft_adapter(random_adapter(model_dir, rank, seed=1), config, out)
 
 
 def error_text(exc: BaseException) -> str:

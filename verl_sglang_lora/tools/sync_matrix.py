@@ -154,8 +154,6 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
              settle_ms: float = 0.0) -> dict[str, Any]:
     """Every path for one adapter rank (slots created for it, dropped after). ``settle_ms``: an idle gap before each
     path's sync (in a run the sync follows a training step, not a request)."""
-    from safetensors.torch import save_file
-
     from sglang.srt.managers import io_struct
 
     from verl_sglang_lora.runtime.resident import LOADER_PATH
@@ -166,7 +164,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
     from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
     from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
     from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
-    from verl_sglang_lora.tools.benchmarks import model_names, random_adapter
+    from verl_sglang_lora.tools.benchmarks import model_names, random_adapter, save_peft_adapter
 
     try:
         from verl.workers.rollout.sglang_rollout.utils import SGLANG_LORA_NAME
@@ -287,8 +285,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
         d = workdir / name
         d.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        save_file({n: t.contiguous() for n, t in flat.tensors.items()}, str(d / "adapter_model.safetensors"))
-        (d / "adapter_config.json").write_text(json.dumps(config))
+        save_peft_adapter(flat.tensors.items(), config, d)
         bench.call("load_lora_adapter", io_struct.LoadLoRAAdapterReqInput(lora_name=name, lora_path=str(d)))
         if prev["disk"]:
             unload(prev["disk"])
