@@ -7,7 +7,6 @@ band shaded (scripts/records.py band), one panel per trainer, the newest commit'
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from records import RESULTS, ROOT, band, learning_runs, load
@@ -24,10 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = learning_runs(load(RESULTS))
+    records = load(RESULTS)
+    groups = learning_runs(records)
     if not groups:
         raise SystemExit("no learning records in docs/results/learning.json")
-    newest = json.loads((RESULTS / "learning.json").read_text())[-1]["commit"]
+    newest = records["learning"][-1]["commit"]
     trainers = sorted({t for c, t, _ in groups if c == newest})
     fig, axes = plt.subplots(1, len(trainers), figsize=(6 * len(trainers), 4), squeeze=False)
     for ax, trainer in zip(axes[0], trainers):

@@ -7,7 +7,7 @@ A record is one run: ``{"kind", "date", "commit", "gpu", "versions": {verl, sgla
     python scripts/records.py json KIND FILE --command "..." [--out DIR]   # a benchmark's JSON output -> a record
     python scripts/records.py learning LOG --arm A --trainer T --seed S --command "..."  # a learning-curve run
     python scripts/records.py scale LOG --shape S --arm A --responses N --command "..."     # a scale run's step figures
-    python scripts/records.py render                                        # docs/validation.md, docs/benchmarks.md
+    python scripts/records.py render                          # docs/validation.md, docs/benchmarks.md, docs/learning.md
     python scripts/records.py check                                         # exit 1 when the docs are not current
 
 ``VSL_COMMIT`` names the commit where the checkout has no git (a copied tree on a GPU host).
@@ -21,6 +21,7 @@ import importlib.metadata
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -87,10 +88,14 @@ def step_series(log: str, keys: tuple[str, ...]) -> tuple[int, dict[str, list[fl
     return len(order), {k: series(k) for k in keys}
 
 
+def tracebacks(log: str) -> int:
+    return log.count("Traceback (most recent call last)")
+
+
 def e2e_figures(log: str) -> dict[str, Any]:
     """Per-step series of the plugin's and verl's figures from a verl console log."""
     n, series = step_series(log, E2E_KEYS)
-    return {"steps": n, "series": series, "tracebacks": log.count("Traceback (most recent call last)")}
+    return {"steps": n, "series": series, "tracebacks": tracebacks(log)}
 
 
 LEARNING_KEYS = {"rewards": "critic/score/mean", "step_s": "timing_s/step", "sync_ms": "sglang_lora/sync_total_ms",
@@ -104,7 +109,7 @@ def learning_figures(log: str, arm: str, trainer: str, seed: int) -> dict[str, A
     n, series = step_series(log, tuple(LEARNING_KEYS.values()))
     return {"arm": arm, "trainer": trainer, "seed": seed, "steps": n,
             **{name: series[key] for name, key in LEARNING_KEYS.items()},
-            "tracebacks": log.count("Traceback (most recent call last)")}
+            "tracebacks": tracebacks(log)}
 
 
 SCALE_PARTS = ("gen", "old_log_prob", "ref", "update_actor", "update_weights")
@@ -115,11 +120,8 @@ ROLLOUT_TOKENS_FROM = "response_length/mean x responses / timing_s/gen, per step
 
 
 def _median(xs: list[float | None]) -> float | None:
-    xs = sorted(x for x in xs if x is not None)
-    if not xs:
-        return None
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
 
 
 def _peak(xs: list[float | None]) -> float | None:
@@ -150,7 +152,7 @@ def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
             "rollout_tokens_per_s": _median(rates[skip:]), "rollout_tokens_per_s_from": ROLLOUT_TOKENS_FROM,
             "responses": responses, "response_length_mean": med("response_length/mean"),
             "response_clip_ratio_min": min((x for x in s["response_length/clip_ratio"] if x is not None), default=None),
-            "base_tokens_per_s": None, "tracebacks": log.count("Traceback (most recent call last)")}
+            "base_tokens_per_s": None, "tracebacks": tracebacks(log)}
 
 
 def append(record: dict[str, Any], out_dir: Path = RESULTS) -> Path:
@@ -344,16 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     js = sub.add_parser("json")
     js.add_argument("kind")
     js.add_argument("file", type=Path)
-    for p in (e2e, js):
-        p.add_argument("--command", required=True)
-        p.add_argument("--out", type=Path, default=RESULTS)
     learn = sub.add_parser("learning")
     learn.add_argument("log", type=Path)
     learn.add_argument("--arm", required=True, choices=("adapter", "merge", "reference"))
     learn.add_argument("--trainer", required=True, choices=("fsdp", "megatron"))
     learn.add_argument("--seed", required=True, type=int)
-    learn.add_argument("--command", required=True)
-    learn.add_argument("--out", type=Path, default=RESULTS)
     scale = sub.add_parser("scale")
     scale.add_argument("log", type=Path)
     scale.add_argument("--shape", required=True)
@@ -361,13 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     scale.add_argument("--trainer", default="fsdp", choices=("fsdp", "megatron"))
     scale.add_argument("--responses", required=True, type=int, help="responses per step: train_batch_size x n")
     scale.add_argument("--lora-backend", default="")
-    scale.add_argument("--command", required=True)
-    scale.add_argument("--out", type=Path, default=RESULTS)
     text = sub.add_parser("text")
     text.add_argument("kind")
     text.add_argument("summary")
-    text.add_argument("--command", required=True)
-    text.add_argument("--out", type=Path, default=RESULTS)
+    for p in (e2e, js, learn, scale, text):
+        p.add_argument("--command", required=True)
+        p.add_argument("--out", type=Path, default=RESULTS)
     merge = sub.add_parser("merge", help="append the records of DIR/*.json (a GPU host's $OUT/results) here")
     merge.add_argument("dir", type=Path)
     sub.add_parser("render")
