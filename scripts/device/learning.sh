@@ -23,16 +23,17 @@ arm_args() {
     reference) echo "actor_rollout_ref.rollout.name=sglang" ;;
     esac
 }
+arm_rank() { if [ "$1" = reference ]; then echo 0; else echo 32; fi; }
+log_of() { echo "/tmp/learn_${TRAINER}_$1_s$2.log"; }
 pids=()
 for arm in "${arms[@]}"; do
     for seed in "${seeds[@]}"; do
-        rank=32; [ "$arm" = reference ] && rank=0
         # one assets folder per run: every example start rewrites its assets
         # shellcheck disable=SC2046
-        LORA_RANK=$rank STEPS=$STEPS LR=$LR EXP=learn_${TRAINER}_${arm}_s$seed ASSETS=/tmp/assets/${arm}_s$seed timeout "$RUN_TIMEOUT" \
+        LORA_RANK=$(arm_rank "$arm") STEPS=$STEPS LR=$LR EXP=learn_${TRAINER}_${arm}_s$seed ASSETS=/tmp/assets/${arm}_s$seed timeout "$RUN_TIMEOUT" \
             bash "$EXAMPLE" "${SGLANG_GPU_ARGS[@]}" $(arm_args "$arm") data.seed="$seed" \
             actor_rollout_ref.rollout.seed="$seed" actor_rollout_ref.rollout.gpu_memory_utilization="$MEM" \
-            actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1 > "/tmp/learn_${TRAINER}_${arm}_s$seed.log" 2>&1 &
+            actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1 > "$(log_of "$arm" "$seed")" 2>&1 &
         pids+=($!)
         sleep "${STAGGER_S:-10}"  # staggered starts: each Ray instance and SGLang server picks its ports while the last settles
     done
@@ -40,10 +41,10 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 for arm in "${arms[@]}"; do
     for seed in "${seeds[@]}"; do
-        log=/tmp/learn_${TRAINER}_${arm}_s$seed.log
-        rank=32; [ "$arm" = reference ] && rank=0
+        log=$(log_of "$arm" "$seed")
+        # the run is one of this script's side-by-side runs: the command that reproduces it is this script's
         python3 scripts/records.py learning "$log" --arm "$arm" --trainer "$TRAINER" --seed "$seed" --out "$LOGDIR/results" \
-            --command "LORA_RANK=$rank STEPS=$STEPS LR=$LR bash $EXAMPLE $(arm_args "$arm") data.seed=$seed actor_rollout_ref.rollout.seed=$seed (triton attention, pytorch sampling, eager)"
+            --command "TRAINER=$TRAINER STEPS=$STEPS LR=$LR ARMS='$ARMS' SEEDS='$SEEDS' bash scripts/device/learning.sh"
         grep -E "Traceback|Error" "$log" | grep -v "UserWarning\|warnings.warn" | tail -3
     done
 done
