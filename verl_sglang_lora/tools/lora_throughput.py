@@ -180,8 +180,9 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
         if engine is not None:
             try:
                 engine.shutdown()
-            except Exception:  # noqa: BLE001 - the next backend launches its own engine regardless
-                pass
+            except Exception as exc:  # noqa: BLE001 - the next backend launches its own engine regardless
+                print(f"{backend}: engine shutdown failed ({error_text(exc)}); the next backend may find the GPU "
+                      "memory still held", flush=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
