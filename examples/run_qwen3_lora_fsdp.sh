@@ -14,7 +14,6 @@
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
-STEPS=${STEPS:-}
 NGPUS=${NGPUS:-1}
 ROLLOUT_TP=${ROLLOUT_TP:-1}
 LORA_RANK=${LORA_RANK:-32}
@@ -29,10 +28,9 @@ if [[ -z "${MODEL_PATH:-}" || -z "${DATA:-}" ]]; then
     "$PYTHON" -m verl_sglang_lora.tools.offline_assets --out "$ASSETS" >/dev/null
     MODEL_PATH=${MODEL_PATH:-$ASSETS/model}
     DATA=${DATA:-$ASSETS/testset}
-    STEPS=${STEPS:-20}
     # the offline task (tools/offline_reward.py): answer in digits; the tiny model's reward goes from ~0.02 to
     # ~0.8 in about 20 steps at this learning rate (docs/learning.md)
-    LR=${LR:-2e-4}; N=${N:-8}
+    STEPS=${STEPS:-20}; LR=${LR:-2e-4}; N=${N:-8}
     # no DataLoader worker processes for 256 rows: their teardown printed a "worker killed" traceback at the end
     SMALL=(data.train_batch_size=8 data.max_prompt_length=128 data.max_response_length=32 data.dataloader_num_workers=0
            actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8

@@ -11,7 +11,6 @@
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
-STEPS=${STEPS:-}
 NGPUS=${NGPUS:-1}
 ROLLOUT_TP=${ROLLOUT_TP:-1}
 ACTOR_TP=${ACTOR_TP:-1}
