@@ -100,7 +100,10 @@ def e2e_figures(log: str) -> dict[str, Any]:
 
 LEARNING_KEYS = {"rewards": "critic/score/mean", "step_s": "timing_s/step", "sync_ms": "sglang_lora/sync_total_ms",
                  "served_effect_verdict": "sglang_lora/served_effect_verdict",
-                 "resident_fallbacks": "sglang_lora/resident_fallbacks"}
+                 "resident_fallbacks": "sglang_lora/resident_fallbacks",
+                 # verl's mean |p_rollout - p_trainer| over the batch's tokens: how closely the served policy
+                 # follows the trained one (0 where the rollout engine holds exactly the trainer's weights)
+                 "served_vs_trained_dp": "training/rollout_probs_diff_mean"}
 
 
 def learning_figures(log: str, arm: str, trainer: str, seed: int) -> dict[str, Any]:
@@ -305,15 +308,19 @@ def render_learning(records: dict[str, list[dict[str, Any]]]) -> str:
     if not groups:
         return "\n".join(out + ["No run through the plugin is recorded yet."]) + "\n"
     out += ["| commit | trainer | arm | seed | GPU | steps | reward step 1 | first step >= 0.8 | last reward | "
-            "served-effect fails | tracebacks |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "served-effect fails | served vs trained mean abs dp | tracebacks |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (commit, trainer, arm), runs in groups.items():
         for r in runs:
             f = r["figures"]
             rw = f["rewards"]
             fails = sum(1 for v in f.get("served_effect_verdict") or [] if v is not None and v < 0)
             out.append(f"| `{commit}` | {trainer} | {arm} | {f['seed']} | {r.get('gpu') or '-'} | {f['steps']} | "
-                       f"{_fmt(rw[0])} | {_fmt(_first_at_least(rw))} | {_fmt(rw[-1])} | {fails} | {f['tracebacks']} |")
-    out += ["", "Band: per step, [min - 2s, max + 2s] of the merge arm's seeds, s the seed-to-seed standard deviation "
+                       f"{_fmt(rw[0])} | {_fmt(_first_at_least(rw))} | {_fmt(rw[-1])} | {fails} | "
+                       f"{_fmt(_median(f.get('served_vs_trained_dp') or []))} | {f['tracebacks']} |")
+    out += ["", "Served vs trained: verl's `training/rollout_probs_diff_mean` (mean |p_rollout - p_trainer| over the "
+            "batch's tokens), median over the run's steps: how closely the served policy follows the trained one.",
+            "", "Band: per step, [min - 2s, max + 2s] of the merge arm's seeds, s the seed-to-seed standard deviation "
             "pooled over steps. An adapter curve inside it at every step learns as the merged-weight path does.", ""]
     for (commit, trainer, arm), runs in groups.items():
         merge = groups.get((commit, trainer, "merge"))
@@ -322,10 +329,12 @@ def render_learning(records: dict[str, list[dict[str, Any]]]) -> str:
         lo, hi = band([m["figures"]["rewards"] for m in merge])
         for r in runs:
             rw = r["figures"]["rewards"][:len(lo)]
-            outside = [i + 1 for i, x in enumerate(rw) if not lo[i] <= x <= hi[i]]
-            out.append(f"- `{commit}` {trainer}, adapter seed {r['figures']['seed']}: {len(rw) - len(outside)} of "
-                       f"{len(rw)} steps inside the merge band" + (f"; outside at steps {outside}" if outside else "")
-                       + ".")
+            above = [i + 1 for i, x in enumerate(rw) if x > hi[i]]
+            below = [i + 1 for i, x in enumerate(rw) if x < lo[i]]
+            where = "".join(f"; {side} it at steps {steps}" for side, steps in (("above", above), ("below", below))
+                            if steps)
+            out.append(f"- `{commit}` {trainer}, adapter seed {r['figures']['seed']}: "
+                       f"{len(rw) - len(above) - len(below)} of {len(rw)} steps inside the merge band{where}.")
     return "\n".join(out).rstrip() + "\n"
 
 

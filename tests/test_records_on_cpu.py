@@ -62,6 +62,9 @@ def test_the_learning_page_names_adapter_steps_outside_the_merge_band() -> None:
         return {"commit": "c0", "gpu": "G", "figures": {"arm": arm, "trainer": "fsdp", "seed": seed, "steps": len(rewards),
                                                          "rewards": rewards, "tracebacks": 0}}
     page = records.render_learning({"learning": [rec("merge", 1, [0.0, 0.5, 0.9]), rec("merge", 2, [0.0, 0.5, 0.9]),
-                                                 rec("adapter", 1, [0.0, 0.5, 0.9]), rec("adapter", 2, [0.0, 0.1, 0.9])]})
+                                                 rec("adapter", 1, [0.0, 0.5, 0.9]), rec("adapter", 2, [0.0, 0.1, 0.9]),
+                                                 rec("adapter", 3, [0.2, 0.1, 0.9])]})
     assert "adapter seed 1: 3 of 3 steps inside the merge band." in page
-    assert "adapter seed 2: 2 of 3 steps inside the merge band; outside at steps [2]." in page
+    assert "adapter seed 2: 2 of 3 steps inside the merge band; below it at steps [2]." in page
+    # a curve ahead of the merge arm is outside too, and said to be above
+    assert "adapter seed 3: 1 of 3 steps inside the merge band; above it at steps [1]; below it at steps [2]." in page
