@@ -1,10 +1,5 @@
-"""Reach SGLang's LoRA state from what a custom weight loader is given, and name slots.
-
-SGLang calls a ``--custom-weight-loader`` as ``loader(model, named_tensors)`` (0.5.8-0.5.12:
-``ModelRunner.update_weights_from_tensor``; 0.5.18+: ``WeightUpdater.update_weights_from_tensor``): only the
-served model comes along. The ``LoRAManager`` holds that model as ``base_model`` and the ``ModelRunner`` holds
-it as ``model`` next to ``lora_manager``, so both are among the model's gc referrers. The lookup is cached.
-"""
+"""Reach SGLang's LoRA state from the one thing a custom weight loader is given, the served model (the
+``LoRAManager`` holds it as ``base_model``, the ``ModelRunner`` as ``model`` beside ``lora_manager``); name slots."""
 
 from __future__ import annotations
 
@@ -110,9 +105,8 @@ def notify_slots_updated(manager: Any, slots: set[int]) -> None:
 
 
 def new_adapter(manager: Any, uid: str) -> Any:
-    """A fresh ``LoRAAdapter`` built the way the manager builds the one of ``uid`` (same config, backend,
-    base model), for feeding SGLang's own normalization with other tensors. Constructor arguments are read
-    from the release's signature, not assumed."""
+    """A fresh ``LoRAAdapter`` built like the one of ``uid``, its constructor arguments read from the release's
+    signature (for feeding SGLang's own normalization other tensors)."""
     existing = manager.loras[uid]
     cls = type(existing)
     kwargs = {}

@@ -1,10 +1,5 @@
-"""Run a bound copy plan, and compare slots bit for bit.
-
-``differing_pairs`` is the exact check of a slot written without a mirror (``mirror``): every block of the slot
-against the source view it was copied from, as integer bit patterns (so -0.0, NaN payloads and a flipped sign all
-count), and every zero block against zero. No checksum: two different byte strings never compare equal.
-``compare_slots`` compares two whole slots the same way (op ``compare``: a written slot against SGLang's own load).
-"""
+"""Run a bound copy plan, and compare slots bit for bit: as integer bit patterns, so -0.0, NaN payloads and a flipped
+sign all count (no checksum)."""
 
 from __future__ import annotations
 
@@ -20,12 +15,8 @@ INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def run_copies(pairs: Iterable[CopyPair]) -> int:
-    """``dst.copy_(src)`` for every pair (``dst.zero_()`` where ``src`` is None); returns the pair count.
-
-    One fused ``_foreach_copy_`` / ``_foreach_zero_`` call instead of a Python loop: a plan has one pair per
-    adapter block (hundreds for an all-linear adapter), and the per-call overhead, not the bytes, is what a write
-    costs.
-    """
+    """``dst.copy_(src)`` for every pair (``dst.zero_()`` where ``src`` is None); returns the pair count. Fused: a plan
+    has hundreds of small blocks, and per-call overhead, not the bytes, is what a write costs."""
     pairs = list(pairs)
     copies = [(src, dst) for src, dst in pairs if src is not None]
     zeros = [dst for src, dst in pairs if src is None]

@@ -1,28 +1,6 @@
-"""The ``--custom-weight-loader`` entry point: ``verl_sglang_lora.runtime.resident.loader.apply``.
-
-SGLang imports it by dotted path (``dynamic_import``) inside each TP rank's scheduler process and calls
-``apply(model, named_tensors)`` from ``update_weights_from_tensor`` when the request's ``load_format`` equals
-that path (the path must also be listed in ``--custom-weight-loader``). The tensors are that rank's list,
-already moved to the rank's current CUDA device. See ``protocol`` for the request format.
-
-``apply`` never raises: an exception there would escape ``update_weights_from_tensor`` into the scheduler's
-request loop. Every outcome, failures included, goes to the status tensor (and the log). The loader never decides
-what SGLang serves: it writes and verifies a slot; the server actor makes the slot the served name only after the
-client read a verified answer (two-phase sync, ``runtime/server.py``).
-
-Ops (``op=`` in the header name):
-  attach   slot=<lora_name> [version=N] [write=1] + adapter tensors + flat buffer + reply channel: trace SGLang's
-           layout for this rank, bind it to these tensors (CUDA-IPC views of the trainer's persistent flat buffer,
-           kept referenced) and build the read-back mirror; with ``write=1`` also write and verify.
-  write    slot=<lora_name> version=N (empty header: answered on the slot's reply channel): copy the attached
-           sources into the slot, then verify it byte for byte against the trainer's buffer.
-  compare  slot=<lora_name> ref=<lora_name>: byte-compare two resident slots (a written slot against SGLang's own
-           load of the same tensors); the mismatch list goes to the message tensor.
-  verify   slot=<lora_name> [allow_unpinned=1] + adapter tensors: the bytes SGLang's own load put in the pool for
-           any loaded adapter (made resident first) against those tensors, on this rank's slice.
-  detach   slot=<lora_name>: forget the slot's binding: its mirror, the IPC views of the trainer's buffer and the
-           reply channel are freed.
-"""
+"""The ``--custom-weight-loader`` entry point (``LOADER_PATH``), run in each TP rank's scheduler process. It never
+raises (an exception would escape into SGLang's request loop): every outcome goes to the status tensor and the log.
+Ops and their fields: docs/resident_sync.md, section 3."""
 
 from __future__ import annotations
 
@@ -49,7 +27,6 @@ logger = logging.getLogger(__name__)
 class SlotState:
     """What one attach left behind for one slot on this rank."""
 
-    uid: str
     buffer_id: int
     pairs: list[CopyPair]
     flat: Optional[torch.Tensor]  # the trainer's flat buffer (CUDA-IPC view), kept referenced
@@ -62,11 +39,6 @@ _SLOTS: dict[tuple[int, str], SlotState] = {}
 # The last status/message tensors per (op, slot): holding them keeps torch's CUDA-IPC handle cache warm, so the
 # next request's identical handles are not opened again (an IPC open costs more than the whole copy).
 _KEEP: dict[tuple[str, str], tuple] = {}
-
-
-def _sync(pairs: list[CopyPair]) -> None:
-    if pairs and pairs[0][1].is_cuda:
-        torch.cuda.current_stream(pairs[0][1].device).synchronize()
 
 
 def _bind(manager: Any, uid: str, slot: int, req: P.Request) -> list[CopyPair]:
@@ -88,11 +60,11 @@ def _check_pairs(pairs: list[CopyPair], what: str) -> None:
 
 
 def _write(manager: Any, state: SlotState) -> dict[int, int]:
-    """Copy the attached sources into the slot, then verify it exactly: read back whole against the trainer's buffer
-    (mirror) or block by block against the source views."""
+    """Copy the attached sources into the slot, then verify it: against the trainer's buffer (mirror), or by block."""
     t0 = time.perf_counter_ns()
     run_copies(state.pairs)
-    _sync(state.pairs)
+    if state.pairs and state.pairs[0][1].is_cuda:
+        torch.cuda.current_stream(state.pairs[0][1].device).synchronize()
     t1 = time.perf_counter_ns()
     if state.mirror is not None:
         if not state.mirror.matches(state.flat):
@@ -108,8 +80,7 @@ def _write(manager: Any, state: SlotState) -> dict[int, int]:
 
 
 def _adapter_facts(manager: Any, uid: str) -> dict[int, int]:
-    """The scaling and rank SGLang applies for this slot (``LoRAAdapter.scaling``, ``config.r``), for the client's
-    comparison with the trainer's scaling; absent fields stay 0 (unknown)."""
+    """The scaling and rank SGLang applies for this slot, for the client to compare; absent: 0 (unknown)."""
     adapter = getattr(manager, "loras", {}).get(uid)
     scaling = getattr(adapter, "scaling", None)
     rank = getattr(getattr(adapter, "config", None), "r", None)
@@ -132,7 +103,7 @@ def _attach(manager: Any, uid: str, slot: int, req: P.Request, fields: dict[int,
     pairs = _bind(manager, uid, slot, req)
     mirror, reason = (None, "the attach carried no flat buffer") if req.flat is None else \
         Mirror.build(req.flat, pairs, sum(t.numel() for t in req.tensors.values()))
-    state = SlotState(uid, slot, pairs, req.flat, mirror, req.reply, fields[P.VERSION])
+    state = SlotState(slot, pairs, req.flat, mirror, req.reply, fields[P.VERSION])
     _SLOTS[(id(manager), uid)] = state
     if req.get("write") == "1":
         fields.update(_write(manager, state))
@@ -195,15 +166,14 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
             return
     try:
         fields, message = handle(model, req)
-        fields.update({P.STATE: P.OK, P.SEQ: seq, P.TOTAL_NS: time.perf_counter_ns() - t0})
+        fields.update({P.STATE: P.OK, P.TOTAL_NS: time.perf_counter_ns() - t0})
     except ResidentError as exc:
-        fields, message = {P.STATE: P.FAILED, P.ERROR: int(exc.code), P.SEQ: seq}, str(exc)
+        fields, message = {P.STATE: P.FAILED, P.ERROR: int(exc.code)}, str(exc)
         logger.error("verl resident loader: op=%s failed (%s): %s", req.op, P.ERRORS.get(exc.code), exc)
     except Exception as exc:  # noqa: BLE001 - must not escape into SGLang's request loop
-        fields = {P.STATE: P.FAILED, P.ERROR: int(E.LOADER_EXCEPTION), P.SEQ: seq}
-        message = f"{type(exc).__name__}: {exc}"
+        fields, message = {P.STATE: P.FAILED, P.ERROR: int(E.LOADER_EXCEPTION)}, f"{type(exc).__name__}: {exc}"
         logger.exception("verl resident loader: op=%s raised", req.op)
-    fields[P.START_WALL_NS] = wall0
+    fields.update({P.SEQ: seq, P.START_WALL_NS: wall0})
     try:  # the message first, unsynced: the status row's copy and sync on the same stream cover both
         P.write_message(out, message, sync=False)
         P.write_status(status, fields)

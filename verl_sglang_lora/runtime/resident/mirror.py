@@ -1,17 +1,6 @@
-"""Verify an in-place write against the trainer's buffer: one fused read-back copy and one bitwise comparison.
-
-The trainer's adapter lives in one flat byte buffer (``runtime/sync/flat_adapter``; padding between tensors is
-zero), which the loader holds as a CUDA-IPC view. A ``Mirror`` is a zeroed buffer of the same size plus, for every
-copy pair, a view into it with the geometry of the pair's *source* view. Reading the slot back through those views
-(one ``_foreach_copy_``) rebuilds the trainer's buffer from what the slot holds; ``torch.equal`` of the two byte
-buffers is then the exact check that SGLang will read the trainer's bytes. It costs one adapter-sized buffer per
-slot in SGLang's process, freed by ``detach``.
-
-It applies only where the rebuild is exact: source and slot share the dtype, and the sources cover each element of
-the flat buffer's tensors exactly once (checked once, at build, with a counter buffer). Zero blocks (where SGLang
-writes zeros, e.g. the k rows of an adapter without ``k_proj``) are not part of the trainer's buffer: they are checked
-to hold only zero bytes. Otherwise ``build`` returns the reason and the loader compares pair by pair (``execute.differing_pairs``).
-"""
+"""Verify an in-place write against the trainer's flat buffer (``runtime/sync/flat_adapter``, zero padding): the slot
+read back through views with each source's geometry rebuilds that buffer, and ``torch.equal`` of the two is the exact
+check. Where the rebuild would not be exact, ``build`` says why and the loader compares pair by pair."""
 
 from __future__ import annotations
 

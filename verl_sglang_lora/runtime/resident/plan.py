@@ -1,13 +1,6 @@
-"""Copy plans: where each byte of a PEFT adapter lands in one slot of SGLang's LoRA memory pool.
-
-A ``SlotLayout`` is symbolic (names, offsets, rectangles) so it can be built once at attach and bound to any
-source tensors (e.g. views of a persistent flat trainer buffer) and to either slot. ``bind`` turns it into the
-list of ``(source view, destination view)`` pairs that ``execute.run_copies`` runs; a ``None`` source means
-"SGLang writes zeros here" (e.g. a missing ``k_proj``).
-
-Blocks come from ``blocks_from_trace``: a trace is what SGLang's own load wrote into a probe buffer when every
-source element carried its own id (see ``trace``); rectangles of consecutive ids become one strided copy.
-"""
+"""Copy plans: where each element of a PEFT adapter lands in one slot of SGLang's LoRA pool. A ``SlotLayout`` is
+symbolic, built once at attach from a trace (rectangles of consecutive ids become one strided copy); ``bind`` turns it
+into (source view, destination view) pairs, a ``None`` source where SGLang writes zeros (e.g. a missing ``k_proj``)."""
 
 from __future__ import annotations
 
@@ -102,10 +95,8 @@ def bind(layout: SlotLayout, pool: Any, slot: int, sources: Mapping[str, torch.T
 
 # ---- trace -> blocks ---------------------------------------------------------------------------------------------
 def _runs(trace: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Row-wise runs of a 2-D trace: consecutive ids, zeros or untouched elements.
-
-    Returns (row, col0, width, first value) per run; column 0 of every row always starts a run.
-    """
+    """Row-wise runs of a 2-D trace (consecutive ids, zeros or untouched elements; column 0 always starts one):
+    (row, col0, width, first value) per run."""
     rows, cols = trace.shape
     prev = np.empty_like(trace)
     prev[:, 0] = -2  # never continues

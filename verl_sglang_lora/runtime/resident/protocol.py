@@ -1,29 +1,6 @@
-"""Wire format of a resident request: everything rides in ``update_weights_from_tensor``'s named tensors.
-
-SGLang gives a custom loader only ``(model, named_tensors)`` and ignores its return value on every release
-(0.5.8-0.5.23 answer ``success=True, "Success"`` once the loader returns; an exception escapes the call and
-the scheduler's request loop). So:
-
-* the request (op, slot, version, ...) travels in the **name** of one header tensor:
-  ``verl_resident.v1|op=write|slot=verl_lora_slot1|version=17|seq=5``;
-* the header tensor **is** the status tensor: int64[STATUS_LEN], which the loader overwrites with the result.
-  The caller sees it only if the tensor reaches the scheduler as shared memory: a CUDA tensor on the same GPU
-  as that TP rank, sent through SGLang's ``MultiprocessingSerializer`` (CUDA IPC; ``_unwrap_tensor``'s
-  ``.to(device)`` is then a no-op). A CPU tensor arrives as a private GPU copy: the loader still works and
-  logs, but the caller cannot read the status. One status tensor per TP rank (per-rank payload list);
-* an optional uint8 tensor named ``verl_resident.v1|message`` receives a NUL-terminated UTF-8 message
-  (error text, or the mismatch list of ``op=compare``);
-* the slot's reply channel: an ``attach`` may carry a status/message pair named ``verl_resident.v1|reply_status`` /
-  ``|reply_message``, which the loader keeps for the slot. A later request whose header tensor is **empty**
-  (zero elements: it crosses the process boundary without a CUDA-IPC handle, an event or a ref-counter) reports
-  into that pair; the caller tells this answer from an older one by its ``seq``. This is the in-place write's form:
-  a write then moves no tensor at all, only its header name;
-* an optional uint8 tensor named ``verl_resident.v1|flat`` (``attach``): the trainer's whole flat adapter buffer,
-  of which the adapter tensors are views; the loader builds its read-back mirror from it (``mirror``) and verifies
-  every write of the slot against it byte for byte;
-* all other tensors are adapter weights under their PEFT names
-  (``base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight``), unsliced, in any order.
-"""
+"""The wire format's codec: a loader request and its answer ride in ``update_weights_from_tensor``'s named tensors
+(the header tensor's name is the request, the tensor itself the status row). Tensor names, status fields and error
+codes: docs/resident_sync.md, section 3 "Wire format"."""
 
 from __future__ import annotations
 
@@ -43,14 +20,10 @@ MAGIC = 0x56534C52  # "VSLR"
 STATUS_LEN = 24
 OPS = ("attach", "write", "compare", "detach", "verify")
 
-# status slots
+# the status row's fields (indexes 15 and up stay 0)
 (MAGIC_I, STATE, ERROR, VERSION, BUFFER_ID, N_COPIES, MISMATCHES, COPY_NS, TOTAL_NS, SEQ, VERIFY_NS, SCALING_BITS,
  LORA_R, VERIFIED_BY, START_WALL_NS) = range(15)
-# START_WALL_NS: ``time.time_ns()`` when the loader was entered -- the host's wall clock, the same in every process,
-# so a caller can split its round trip into the way in (SGLang's request path), the loader, and the way back
-# VERIFIED_BY: how the slot was compared -- read back whole against the trainer's buffer (mirror), or block by block
-# against the source views
-NOT_VERIFIED, BY_PAIRS, BY_MIRROR = 0, 1, 2
+NOT_VERIFIED, BY_PAIRS, BY_MIRROR = 0, 1, 2  # VERIFIED_BY
 PENDING, OK, FAILED = 0, 1, 2
 
 

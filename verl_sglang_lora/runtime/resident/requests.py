@@ -1,11 +1,5 @@
-"""Both ends of a loader request outside SGLang: the sync client builds them, the server actor sends them.
-
-Every op has its own status/message pair on the client's GPU, shared with SGLang's scheduler over CUDA IPC; the
-client reads it after the server actor's call returns (the loader synchronizes before SGLang answers). A ``write``
-moves no tensor: its empty header is answered on the reply channel the slot's ``attach`` handed over (``protocol``),
-and the client knows the answer by its ``seq``. A verified answer is what lets the client ask the server actor to
-serve the slot (two-phase sync).
-"""
+"""Both ends of a loader request outside SGLang: the sync client builds them and checks their answers (a verified
+answer is what lets it ask the server actor to serve the slot), the server actor sends them (docs/resident_sync.md)."""
 
 from __future__ import annotations
 
@@ -25,12 +19,8 @@ SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
 
 @dataclass
 class ResidentSlots:
-    """The server actor's view of the two slots.
-
-    Both are created once per SGLang launch from the first adapter sync (SGLang's own tensor load, so the first
-    served bytes are SGLang's), then attached. Every later sync writes the idle slot in place and makes it the
-    served name. A slot that an in-flight request still uses is never written: that sync takes the versioned load.
-    """
+    """The server actor's view of the two slots, created once per SGLang launch by SGLang's own load of the first
+    sync, then attached; every later sync writes the idle one (section 0 of docs/resident_sync.md)."""
 
     created: bool = False  # both slots loaded (pinned) in this SGLang launch
     attached: bool = False  # the loader holds the client's flat-buffer views for both slots
@@ -47,9 +37,8 @@ class ResidentSlots:
 
 
 def update_request(blobs: list[Any], load_format: str) -> Any:
-    """SGLang's ``update_weights_from_tensor`` request for the loader, from the release's declared fields:
-    ``flush_cache`` off (prefixes are keyed by version, ``prefix_tags``); a speculative draft model has no LoRA
-    slots (``disable_draft_model`` or ``selector=target``)."""
+    """SGLang's ``update_weights_from_tensor`` request for the loader: no cache flush (prefixes are keyed by version,
+    ``prefix_tags``); a speculative draft model has no LoRA slots."""
     cls = io_struct("UpdateWeightsFromTensorReqInput")
     declared = struct_fields(cls)
     kwargs: dict[str, Any] = {"serialized_named_tensors": blobs, "load_format": load_format, "flush_cache": False}
@@ -61,9 +50,7 @@ def update_request(blobs: list[Any], load_format: str) -> Any:
 
 
 async def send_loader_request(call: Call, blobs: list[Any], load_format: str, session: HeldSession) -> None:
-    """The update, inside ``session`` where the release has one: SGLang >= 0.5.23 takes a tensor update only between
-    ``begin_weight_update`` and ``end_weight_update``, so the writes share one held session
-    (``support.session_unsafe_base`` keeps the path off where begin/end would touch the served base weights)."""
+    """The update, inside ``session`` where the release has one (0.5.23 takes tensor updates only inside one)."""
     await session.run(call, "update_weights_from_tensor", update_request(blobs, load_format))
 
 
@@ -99,34 +86,29 @@ class ResidentRequests:
         self._empty = torch.empty(0, dtype=torch.int64, device=device)  # a header that moves no memory
 
     def _pair(self, op: str, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """The op's status/message pair, made once and kept alive across calls (the loader may hold it: reply
-        channel). Made only when missing: a write that launches no kernel leaves its stream sync nothing to wait on."""
+        """The op's status/message pair, made once and kept alive (the loader may hold it: the slot's reply channel is
+        its write pair). Made only when missing: a write that launches no kernel leaves its stream sync no work."""
         pair = self._status.get((op, slot))
         if pair is None:
-            pair = self._status[(op, slot)] = (P.new_status(self.device), P.new_message(4096, self.device))
+            pair = self._status[(op, slot)] = (P.new_status(self.device), P.new_message(device=self.device))
         return pair
-
-    def _channel(self, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """The slot's reply channel: its write pair, which the attach hands over and later answers arrive in."""
-        return self._pair("write", slot)
 
     def call(self, op: str, slot: str, adapter: dict[str, torch.Tensor] | None = None,
              flat: torch.Tensor | None = None, on_reply_channel: bool = False, pair: str | None = None,
              **fields: Any) -> LoaderCall:
-        """One loader op. ``on_reply_channel``: the header is empty and the loader answers on the pair this
-        client's attach of ``slot`` handed over (``attach`` below) -- nothing is zeroed, the seq tells the answers
-        apart. ``pair``: the status pair's key where it is not ``slot`` (a name that changes every version)."""
+        """One loader op. ``on_reply_channel``: an empty header, answered on the slot's reply channel (nothing is
+        zeroed: the seq tells answers apart). ``pair``: the status pair's key for a name that changes every version."""
         from sglang.srt.utils import MultiprocessingSerializer
 
         self.seq += 1
         if on_reply_channel:
-            status, message = self._channel(slot)
+            status, message = self._pair("write", slot)
             named = P.request_tensors(op, self._empty, slot=slot, seq=self.seq, **fields)
         else:
             status, message = self._pair(op, pair or slot)
             status.zero_()
             message.zero_()
-            reply = self._channel(slot) if op == "attach" else None
+            reply = self._pair("write", slot) if op == "attach" else None
             named = P.request_tensors(op, status, adapter, message, flat, reply, slot=slot, seq=self.seq, **fields)
         t0 = time.perf_counter()
         if self.device.type == "cuda":
@@ -138,28 +120,19 @@ class ResidentRequests:
                           {"sync": (t1 - t0) * 1e3, "serialize": (t2 - t1) * 1e3})
 
     def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor) -> list[LoaderCall]:
-        """Both slots bound to the flat buffer's views (``adapter``: views of ``flat``), each with its reply channel;
-        slot1 written by the plan and verified byte for byte against ``flat``, then compared byte for byte with
-        slot0, which SGLang loaded itself from the same tensors (the plan reproduces SGLang's own load)."""
+        """Both slots bound to ``adapter`` (views of ``flat``); slot1 written and verified against ``flat``, then
+        compared with slot0, SGLang's own load of the same tensors."""
         return [self.call("attach", SLOTS[0], adapter, flat, version=version, write=0),
                 self.call("attach", SLOTS[1], adapter, flat, version=version, write=1),
                 self.call("compare", SLOTS[1], ref=SLOTS[0])]
 
-    def verify_load(self, name: str, adapter: dict[str, torch.Tensor]) -> LoaderCall:
-        """The loader's ``verify`` of an ordinary load named ``name``: SGLang's pool bytes for it (made resident)
-        against ``adapter`` (views of the flat buffer), on this rank's slice."""
-        return self.call("verify", name, adapter, pair="loaded_version", allow_unpinned=1)
-
     def writes(self, version: int, slots: tuple[str, ...] = SLOTS) -> dict[str, LoaderCall]:
-        """An in-place write for each of ``slots`` (the loader verifies it against the attached buffer); the server
-        actor sends the one for its idle slot. Each call costs a stream sync and a small serialization: a client
-        that knows the idle slot builds one."""
+        """An in-place write for each of ``slots``; the server actor sends the one for its idle slot."""
         return {slot: self.call("write", slot, on_reply_channel=True, version=version) for slot in slots}
 
 
 def detach_request(slot: str) -> list[bytes]:
-    """The loader's ``detach`` of ``slot``, built by the server actor itself: an empty header (no CUDA memory) that
-    is answered on the slot's reply channel, which the detach then frees with the rest of the binding."""
+    """The loader's ``detach`` of ``slot``, built by the server actor: an empty header, on no CUDA memory."""
     from sglang.srt.utils import MultiprocessingSerializer
 
     empty = torch.empty(0, dtype=torch.int64)
@@ -179,8 +152,7 @@ def attach_summary(calls: list[LoaderCall]) -> str:
 
 
 def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str | None:
-    """None when every call the server ran succeeded (each write verified byte for byte, no mismatch, the slot served
-    at ``scaling``), else the reason."""
+    """None when every call the server ran succeeded (docs/resident_sync.md: "What the client accepts"), else why."""
     for call in calls:
         r = call.result()
         if not r["magic_ok"] or r["state"] == P.PENDING:
@@ -205,22 +177,19 @@ def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str 
 
 def verify_for_push(verifier: ResidentRequests | None, push: Any, adapter: dict[str, torch.Tensor],
                     name: str) -> LoaderCall | None:
-    """The loader's ``verify`` of ``push``'s ordinary load under ``name`` (the name the server gives a version's
-    first load), set on ``push.verify``: the server runs it only when it loads the version (an in-place sync is
-    proven by its write). None where no loader runs (``verifier`` None: TP > 1, launched without it) or the push
-    carries no load."""
+    """The loader's ``verify`` of ``push``'s ordinary load under ``name``, set on ``push.verify`` (the server runs it
+    only when it loads the version). None where no loader runs (``verifier`` None) or the push carries no load."""
     if verifier is None or not push.request_fields or "attach" in (push.resident or {}):
         push.verify = None  # an attach sync compares the written slot with SGLang's own load instead
         return None
-    call = verifier.verify_load(name, adapter)
+    call = verifier.call("verify", name, adapter, pair="loaded_version", allow_unpinned=1)
     push.verify = {"name": name, "blobs": call.blobs}
     return call
 
 
 def check_load_verify(result: dict, call: LoaderCall | None) -> None:
-    """Raise ``LoadVerifyError`` unless the loader proved the loaded version's pool bytes equal the trainer's: a
-    mismatch, and a check that did not decide (not run, no answer, a loader error), both keep it from being served.
-    Nothing to check where no loader runs (``call`` None: TP > 1, launched without it)."""
+    """Raise ``LoadVerifyError`` unless the loader proved the loaded version's pool bytes equal the trainer's (a check
+    that did not decide counts as failed); nothing to check where no loader runs (``call`` None)."""
     state = result.get("verify")
     if call is None or not state:
         return

@@ -1,17 +1,6 @@
-"""Trace SGLang's own adapter load, element by element, to learn where each adapter byte lands in a slot.
-
-For one layer at a time, every source element gets a unique int64 id; a fresh ``LoRAAdapter`` (built like the
-slot's) runs SGLang's ``initialize_weights_from_tensors`` (``_process_weight`` + ``_normalize_weights``: q/k/v
-and gate/up stacking, zero fill of a missing k_proj), then the pool class's own ``load_lora_weight_to_buffer``
-runs against a stand-in pool whose buffers are one-slot int64 probes prefilled with -1. TP slicing happens
-inside, through the real LoRA layer objects' ``slice_lora_{a,b}_weights`` (``(W, tp_rank)`` on <= 0.5.12,
-``(W)`` on >= 0.5.18 -- SGLang calls them, so the signature never matters here). What the probe holds
-afterwards is SGLang's layout for that release, rank, TP rank and slot shape; nothing is reproduced.
-
-The stand-in is an attribute view: methods of the real pool class run with ``self`` = the view, so every
-``self.X`` they read comes from the real pool except the replaced buffers (and a few switches that only
-concern CPU staging: pinned-memory caching on 0.5.23).
-"""
+"""Trace SGLang's own adapter load, element by element: every source element carries a unique int64 id through
+SGLang's normalization, TP slicing and pool load into one-slot probe buffers, so what a probe holds afterwards is
+where that release puts each adapter element (docs/resident_sync.md, section 2)."""
 
 from __future__ import annotations
 
@@ -61,13 +50,6 @@ class AttributeView:
         object.__getattribute__(self, "_replaced")[name] = value
 
 
-def layer_of(name: str) -> int | None:
-    """SGLang's own layer-id parser (what ``_process_weight`` uses to file a weight under a layer)."""
-    from sglang.srt.layers.utils import get_layer_id
-
-    return get_layer_id(name)
-
-
 @contextlib.contextmanager
 def _quiet(logger_name: str) -> Iterator[None]:
     logger = logging.getLogger(logger_name)
@@ -108,24 +90,20 @@ def trace_layer(manager: Any, uid: str, layer: int, probes: Mapping[str, torch.T
         type(pool).load_lora_weight_to_buffer(
             pool_view, uid, 0, adapter_view, [manager.lora_modules[layer]],
             getattr(manager, "embed_tokens_module", None), getattr(manager, "lm_head_module", None))
-    out = {}
-    for k in keys:
-        out[("A", k)] = shadow_a[k][0][0]
-        out[("B", k)] = shadow_b[k][0][0]
-    return out
+    return {(family, k): shadow[k][0][0] for k in keys for family, shadow in (("A", shadow_a), ("B", shadow_b))}
 
 
 def trace_layout(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor]) -> SlotLayout:
-    """The layout SGLang's own load path gives ``tensors`` (PEFT names, unsliced) in ``uid``'s slot.
+    """The layout SGLang's own load path gives ``tensors`` (PEFT names, unsliced; only names and shapes are read) in
+    ``uid``'s slot."""
+    from sglang.srt.layers.utils import get_layer_id  # what SGLang's ``_process_weight`` files a weight under
 
-    Only shapes and names of ``tensors`` are read: they may live anywhere (e.g. the trainer's GPU buffer).
-    """
     pool = manager.memory_pool
     keys = _dense_keys(pool)
     specs = source_specs(tensors)
     by_layer: dict[int, list] = defaultdict(list)
     for spec in specs:
-        layer = layer_of(spec.name)
+        layer = get_layer_id(spec.name)
         if layer is None:
             raise ResidentError(E.UNSUPPORTED_LAYOUT,
                                 f"{spec.name}: not a per-layer LoRA weight (embedding LoRA is not supported)")
