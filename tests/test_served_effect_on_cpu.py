@@ -283,38 +283,8 @@ def test_examples_give_the_check_its_keys(script: str, tree: str, tmp_path: Path
 
 # -- through verl's own functions -----------------------------------------------------------------------------------
 
-class _Trainer:
-    """Calls verl's (wrapped) metric function from a method, as verl's trainers do, holding the run's config."""
-
-    def __init__(self, config) -> None:
-        self.config = config
-
-    def step(self, batch: DataProto) -> dict:
-        from verl.trainer.ppo import metric_utils
-
-        return metric_utils.compute_data_metrics(batch=batch, use_critic=False)
-
-
-def test_through_verls_compute_data_metrics() -> None:
-    """The legacy trainer (trainer.use_v1=False) hands the log-probs to compute_data_metrics."""
-    trainer_metrics.install()
-    from verl.trainer.ppo import metric_utils
-
-    assert getattr(metric_utils.compute_data_metrics, "__sglang_lora_wrapped__", False)
-    trainer = _Trainer(run_config())
-    assert trainer.step(data_proto(synth("zero_b", seed=5)))["sglang_lora/served_effect_verdict"] == 0.0  # the floor
-    metrics = trainer.step(data_proto(synth("trained")))
-    assert "critic/score/mean" in metrics  # verl's own figures are still there
-    assert metrics["sglang_lora/served_effect_verdict"] == 1.0
-    assert metrics["sglang_lora/served_effect_error"] <= metrics["sglang_lora/served_effect_bound"]
-    with pytest.raises(se.ServedEffectMismatch, match=r"k=0\.2\d*, .*rsLoRA"):
-        trainer.step(data_proto(synth("quarter")))
-    off = _Trainer(run_config(served_effect_check="off")).step(data_proto(synth("quarter")))
-    assert "sglang_lora/served_effect_ratio" not in off and "critic/score/mean" in off
-
-
-_V1_PROBE = r"""
-import json, sys, types
+_TRAINERS_PROBE_HEAD = r"""
+import json, logging, sys, types
 import torch
 
 class _Stub(types.ModuleType):  # TransferQueue (the v1 trainer's store) is not in the CPU venv: never called here
@@ -328,36 +298,160 @@ import numpy as np
 import verl  # the entry point registers the plugin and its hooks
 from verl_sglang_lora.tools.compat_probe import stub_inert_modules
 stub_inert_modules()
+from verl_sglang_lora.tools.doctor import compose_config
+from verl_sglang_lora.verl_glue import trainer_metrics
+sys.path.insert(0, "tests")
+from test_served_effect_on_cpu import data_proto, synth
+
+def compose(*overrides):  # the run's full config, command-line overrides included, as verl's driver composes it
+    return compose_config("ppo_trainer", ["actor_rollout_ref.rollout.name=sglang_lora", *overrides])
+"""
+
+_LEGACY_PROBE = _TRAINERS_PROBE_HEAD + r"""
+import verl.trainer.ppo.ray_trainer as ray_trainer
+import verl.experimental.separation.ray_trainer as separation
+from verl.trainer.ppo.utils import Role
+
+out = {"seams": {c.__qualname__: [trainer_metrics.trainer_init_seam(c), hasattr(c.__init__, "__sglang_lora_wrapped__")]
+                 for c in (ray_trainer.RayPPOTrainer, separation.SeparateRayPPOTrainer)}}
+rows = [{"i": i} for i in range(4)]
+
+def build(*overrides):  # verl's legacy trainer, built as main_ppo_v0's TaskRunner builds it (no workers started)
+    trainer_metrics._check = trainer_metrics._CheckState()
+    config = compose("trainer.use_v1=False", "algorithm.adv_estimator=grpo", "data.train_batch_size=2",
+                     "data.val_batch_size=2", *overrides)
+    trainer = ray_trainer.RayPPOTrainer(
+        config=config, tokenizer=None, role_worker_mapping={Role.ActorRollout: object}, resource_pool_manager=None,
+        train_dataset=rows, val_dataset=rows, collate_fn=lambda b: b,
+        train_sampler=torch.utils.data.SequentialSampler(rows))
+    assert trainer_metrics._check.config is trainer.config
+    return trainer
+
+def steps(trainer, served):  # each step's metrics as RayPPOTrainer.fit computes them
+    result = []
+    for name in served:
+        try:
+            metrics = ray_trainer.compute_data_metrics(batch=data_proto(synth(name)), use_critic=trainer.use_critic)
+        except Exception as exc:
+            result.append({"raised": type(exc).__name__, "message": str(exc)})
+            continue
+        result.append({k: v for k, v in metrics.items() if k.startswith("sglang_lora/") or k == "critic/score/mean"})
+    return result
+
+class Errors(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.messages = []
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+errors = Errors()
+logging.getLogger("verl_sglang_lora").addHandler(errors)
+base = "actor_rollout_ref.rollout.engine_kwargs.sglang_lora."
+out["default"] = steps(build(), ("zero_b", "trained", "quarter"))
+out["warn"] = steps(build(base + "served_effect_check=warn"), ("zero_b", "trained", "quarter"))
+out["warn_errors"] = len(errors.messages)
+out["min_snr"] = steps(build(base + "served_effect_min_snr=1000000"), ("zero_b", "trained"))
+out["off"] = steps(build(base + "served_effect_check=off"), ("quarter",))
+print(json.dumps(out))
+"""
+
+
+def _probe(code: str) -> dict:
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"out": json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
+
+
+@pytest.fixture(scope="module")
+def legacy_probe() -> dict:
+    pytest.importorskip("hydra")
+    return _probe(_LEGACY_PROBE)["out"]
+
+
+def test_through_verls_legacy_trainer(legacy_probe: dict) -> None:
+    """The legacy trainer (trainer.use_v1=False): RayPPOTrainer's __init__ records the run's config, and
+    compute_data_metrics, called as its fit calls it, checks with that config's settings."""
+    out = legacy_probe
+    assert out["seams"] == {"RayPPOTrainer": [None, True], "SeparateRayPPOTrainer": [None, True]}
+    floor, trained, quarter = out["default"]
+    assert floor["sglang_lora/served_effect_verdict"] == 0.0  # the first step measured the noise floor
+    assert trained["sglang_lora/served_effect_verdict"] == 1.0 and "critic/score/mean" in trained
+    assert trained["sglang_lora/served_effect_error"] <= trained["sglang_lora/served_effect_bound"]
+    assert quarter["raised"] == "ServedEffectMismatch" and re.search(r"k=0\.2\d*, .*rsLoRA", quarter["message"])
+
+
+def test_legacy_trainer_settings_come_from_its_config(legacy_probe: dict) -> None:
+    """Non-default served-effect settings set in the config verl's legacy trainer is built with reach the check."""
+    out = legacy_probe
+    assert out["warn"][2]["sglang_lora/served_effect_verdict"] == -1.0  # warn: a fail is logged, the run goes on
+    assert out["warn_errors"] == 1
+    assert out["min_snr"][1]["sglang_lora/served_effect_verdict"] == 0.0  # the trained effect under 10^6 x the floor
+    assert out["off"] == [{"critic/score/mean": out["off"][0]["critic/score/mean"]}]  # off: not computed
+
+
+def test_a_missing_trainer_seam_is_said_and_the_defaults_apply(caplog: pytest.LogCaptureFixture) -> None:
+    import types
+
+    class Renamed:  # a trainer whose __init__ no longer takes the run's config first
+        def __init__(self, cfg) -> None:
+            self.config = cfg
+
+    with caplog.at_level(logging.WARNING):
+        assert trainer_metrics.wrap_trainer_init(Renamed) is Renamed
+        assert trainer_metrics.wrap_trainer_init(Renamed) is Renamed
+        Renamed(run_config(served_effect_check="off"))
+        module = types.ModuleType("verl.experimental.separation.ray_trainer")  # the class gone from its module
+        assert trainer_metrics._wrap_in(module) is False
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "Renamed.__init__" in warnings[0] and "does not take (self, config, ...)" in warnings[0]
+    assert "verl.experimental.separation.ray_trainer.SeparateRayPPOTrainer" in warnings[1]
+    assert all("!" * 100 in w and "defaults" in w for w in warnings)
+    assert trainer_metrics._check.config is None and not hasattr(Renamed.__init__, "__sglang_lora_wrapped__")
+    with pytest.raises(se.ServedEffectMismatch):  # the defaults (served_effect_check=on), not the config's off
+        trainer_metrics.served_effect_metrics(data_proto(synth("zero_b", seed=5)), trainer_metrics._check.config, True)
+        trainer_metrics.served_effect_metrics(data_proto(synth("quarter")), trainer_metrics._check.config, True)
+
+
+def test_no_stack_frame_reads() -> None:
+    """The plugin reaches into verl through named seams only, never through its callers' stack frames."""
+    pattern = re.compile(r"_getframe|f_back|f_locals|currentframe|inspect\.stack|inspect\.trace")
+    hits = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "verl_sglang_lora").rglob("*.py"))
+            for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert hits == []
+
+
+_V1_PROBE = _TRAINERS_PROBE_HEAD + r"""
 import verl.trainer.ppo.v1.trainer_base as trainer_base
 from verl.trainer.ppo.core_algos import AdvantageEstimator
-sys.path.insert(0, "tests")
-from test_served_effect_on_cpu import data_proto, run_config, synth
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-class V1Trainer:  # the two calls of verl's v1 step, from its methods, with the run's config
-    def __init__(self, config):
-        self.config = config
-    def _compute_advantage(self, data):
-        n = len(data)
-        data.non_tensor_batch["uid"] = np.array([f"u{i // 4}" for i in range(n)], dtype=object)
-        keys = [f"u{i // 4}_0_{i}" for i in range(n)]
-        return trainer_base.compute_advantage_for_multi_trajectories(
-            data, batch_keys=keys, adv_estimator=AdvantageEstimator.GRPO, num_repeat=4)
-    def _compute_metrics(self, batch):
-        return trainer_base.compute_data_metrics(batch=batch, use_critic=False)
+# verl 0.9.1's default trainer (trainer.use_v1=True), built as its TaskRunnerV1 builds it; no workers started
+trainer = PPOTrainerSync(config=compose("trainer.use_v1=True", "algorithm.adv_estimator=grpo"))
+assert trainer_metrics._check.config is trainer.config
 
-cfg = run_config()
-cfg.trainer.use_v1 = True
-trainer = V1Trainer(cfg)
+def compute_advantage(data):  # the two calls of verl's v1 step (_compute_advantage, then the step's metrics)
+    n = len(data)
+    data.non_tensor_batch["uid"] = np.array([f"u{i // 4}" for i in range(n)], dtype=object)
+    keys = [f"u{i // 4}_0_{i}" for i in range(n)]
+    return trainer_base.compute_advantage_for_multi_trajectories(
+        data, batch_keys=keys, adv_estimator=AdvantageEstimator.GRPO, num_repeat=4)
+
+def compute_metrics(batch):
+    return trainer_base.compute_data_metrics(batch=batch, use_critic=trainer.use_critic)
+
 out = {}
 for served in ("zero_b", "trained", "quarter"):
     tensors = synth(served)
     try:
-        data = trainer._compute_advantage(data_proto(tensors, drop=("advantages", "returns")))
+        data = compute_advantage(data_proto(tensors, drop=("advantages", "returns")))
     except Exception as exc:
         out[served] = {"raised": type(exc).__name__, "message": str(exc)}
         continue
     # what the v1 trainer's metrics batch holds: no log-probs
-    metrics = trainer._compute_metrics(data_proto(tensors, drop=("rollout_log_probs", "old_log_probs", "ref_log_prob")))
+    metrics = compute_metrics(data_proto(tensors, drop=("rollout_log_probs", "old_log_probs", "ref_log_prob")))
     out[served] = {k: v for k, v in metrics.items() if k.startswith("sglang_lora/") or k == "critic/score/mean"}
     out[served]["advantages"] = bool("advantages" in data.batch.keys())
 print(json.dumps(out))
@@ -367,15 +461,14 @@ print(json.dumps(out))
 def test_through_verls_v1_trainer_advantage_step() -> None:
     """verl 0.9.1's default trainer (trainer.use_v1=True): checked on the batch of its advantage step."""
     pytest.importorskip("ray")
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _V1_PROBE], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    pytest.importorskip("hydra")
+    probe = _probe(_V1_PROBE)
+    out = probe["out"]
     trained = out["trained"]
     assert trained["advantages"] and "critic/score/mean" in trained
     assert trained["sglang_lora/served_effect_verdict"] == 1.0
     assert trained["sglang_lora/served_effect_error"] <= trained["sglang_lora/served_effect_bound"]
     assert out["zero_b"]["sglang_lora/served_effect_verdict"] == 0.0  # the first step measured the noise floor
     assert out["quarter"]["raised"] == "ServedEffectMismatch"  # before the advantage step: nothing trains on it
-    assert "NOT RUNNING" not in proc.stderr  # the metrics batch has no log-probs: the advantage step's check stands
+    assert "NOT RUNNING" not in probe["stderr"]  # the metrics batch has no log-probs: the advantage step's check stands
     assert re.search(r"relative error 0\.\d+ \(pass <= 0\.\d+\), slope k=0\.2", out["quarter"]["message"])

@@ -17,17 +17,21 @@ log-probs, which exist together only in the trainer process, and at a different 
   way: the check runs there, before the update (a fail stops the step before it trains), and its figures join the
   step's ``compute_data_metrics``.
 
-Its settings are read from the config of the trainer that made the call (both trainers call these functions from a
-method of the trainer object, whose ``config`` is the run's full config, command-line overrides included): the
-values the server actors were launched with, with no second channel (environment, actor call) that could drift
-from them. Where no trainer config is found the defaults apply, and only when the job's server actors are the
-plugin's.
+Its settings are read from the run's config as verl's trainer holds it (``self.config``: the full config,
+command-line overrides included): the plugin wraps the ``__init__`` of each trainer class (``TRAINER_CLASSES``, the
+same post-import hook) to record that config when the trainer is built, and the wrappers above read it from there:
+the values the server actors were launched with, with no second channel (environment, actor call) that could drift
+from them. Each seam is checked when its module loads (the class is there and built as ``cls(config, ...)``); one
+not as expected is said in one loud warning and records nothing. Where no config is recorded the defaults apply, and
+only when the job's server actors are the plugin's.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
+import inspect
 import logging
 import sys
 from typing import Any, Callable
@@ -42,10 +46,15 @@ logger = logging.getLogger(__name__)
 
 METRIC_UTILS = "verl.trainer.ppo.metric_utils"
 V1_UTILS = "verl.trainer.ppo.v1.utils"
-TRAINER_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.trainer_base",
-                   "verl.experimental.separation.ray_trainer")
+TRAINER_CLASSES = {  # trainer module: its trainer class, built as ``cls(config, ...)`` with the run's config
+    "verl.trainer.ppo.ray_trainer": "RayPPOTrainer",  # trainer.use_v1=False
+    "verl.trainer.ppo.v1.trainer_base": "PPOTrainer",  # trainer.use_v1=True (the base of every v1 trainer mode)
+    "verl.experimental.separation.ray_trainer": "SeparateRayPPOTrainer",  # a RayPPOTrainer; its own __init__
+}
+TRAINER_MODULES = tuple(TRAINER_CLASSES)
 V1_ADVANTAGE = "compute_advantage_for_multi_trajectories"
 SERVER_PREFIX = "sglang_server_"
+NO_RUN_CONFIG = "no run config is recorded: the served-effect check runs with its defaults"
 _WRAPPED = "__sglang_lora_wrapped__"
 _warned: set[str] = set()
 
@@ -58,6 +67,7 @@ class _CheckState:
         self.at_advantage = False  # the v1 trainer: the check runs at its advantage step, not in compute_data_metrics
         self.pending: dict[str, float] = {}  # that step's figures, for the step's compute_data_metrics
         self.judge: Any = None  # served_effect.ServedEffectCheck: the run's noise floor and inconclusive streak
+        self.config: Any = None  # the run's config, recorded when verl's trainer is built (wrap_trainer_init)
 
 
 _check = _CheckState()
@@ -108,7 +118,7 @@ def wrap_compute_data_metrics(original: Callable[..., dict]) -> Callable[..., di
             _check.pending = {}
         else:
             batch = kwargs["batch"] if "batch" in kwargs else (args[0] if args else None)
-            metrics.update(served_effect_metrics(batch, caller_config(sys._getframe(1)), plugin_servers=bool(server)))
+            metrics.update(served_effect_metrics(batch, _check.config, plugin_servers=bool(server)))
         return metrics
 
     setattr(compute_data_metrics, _WRAPPED, True)
@@ -123,11 +133,10 @@ def wrap_compute_advantage(original: Callable[..., Any]) -> Callable[..., Any]:
         return original
 
     def compute_advantage_for_multi_trajectories(*args: Any, **kwargs: Any) -> Any:
-        config = caller_config(sys._getframe(1))
-        if config is not None:  # only verl's trainer calls it with its config in reach; nothing to judge otherwise
+        if _check.config is not None:  # verl's trainer was built in this process; nothing to judge otherwise
             data = kwargs["data"] if "data" in kwargs else (args[0] if args else None)
             _check.at_advantage = True
-            _check.pending = served_effect_metrics(data, config, plugin_servers=False)
+            _check.pending = served_effect_metrics(data, _check.config, plugin_servers=False)
         return original(*args, **kwargs)
 
     setattr(compute_advantage_for_multi_trajectories, _WRAPPED, True)
@@ -136,16 +145,47 @@ def wrap_compute_advantage(original: Callable[..., Any]) -> Callable[..., Any]:
     return compute_advantage_for_multi_trajectories
 
 
-def caller_config(frame: Any, depth: int = 3) -> Any:
-    """The run's config held by the trainer object (``self.config``) whose method called ``compute_data_metrics``."""
-    for _ in range(depth):
-        if frame is None:
-            break
-        config = getattr(frame.f_locals.get("self"), "config", None)
-        if cfg_path(config, "actor_rollout_ref.rollout") is not None:
-            return config
-        frame = frame.f_back
+def trainer_init_seam(cls: Any) -> str | None:
+    """Why ``cls`` is not the seam ``wrap_trainer_init`` expects (a class built as ``cls(config, ...)``), or None."""
+    if not isinstance(cls, type):
+        return f"{cls!r} is not a class"
+    try:
+        signature = inspect.signature(cls.__init__)  # a wrapped __init__ gives the signature it wraps
+    except (TypeError, ValueError) as exc:
+        return f"{cls.__qualname__}.__init__ has no readable signature ({exc})"
+    if list(signature.parameters)[:2] != ["self", "config"]:
+        return f"{cls.__qualname__}.__init__{signature} does not take (self, config, ...)"
     return None
+
+
+def wrap_trainer_init(cls: Any) -> Any:
+    """Record the run's config (the trainer's ``config`` once its ``__init__`` returns) each time ``cls`` is built."""
+    problem = trainer_init_seam(cls)
+    if problem is not None:
+        _warn_seam(f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)}.__init__", problem,
+                   NO_RUN_CONFIG)
+        return cls
+    original = cls.__init__
+    if getattr(original, _WRAPPED, False):  # wrapped before, or inherited from a wrapped trainer class
+        return cls
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        config = getattr(self, "config", None)
+        if cfg_path(config, "actor_rollout_ref.rollout") is not None:
+            _check.config = config
+
+    setattr(__init__, _WRAPPED, True)
+    cls.__init__ = __init__
+    return cls
+
+
+def _warn_seam(seam: str, problem: str, effect: str) -> None:
+    """One loud warning for a verl name the plugin wraps that is not there as expected."""
+    banner = "!" * 100
+    _warn_once("seam:" + seam, f"\n{banner}\nsglang_lora: verl seam {seam} not as expected: {problem}; {effect}."
+               f"\n{banner}")
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -168,8 +208,8 @@ def served_effect_metrics(batch: Any, config: Any, plugin_servers: bool) -> dict
         settings = PluginSettings.from_rollout_config(config.actor_rollout_ref.rollout)
     elif plugin_servers:
         settings = PluginSettings()
-        _warn_once("served_effect_defaults", "sglang_lora: the served-effect check found no trainer config in the "
-                   "caller of compute_data_metrics; it runs with its defaults (served_effect_check=on)")
+        _warn_once("served_effect_defaults", "sglang_lora: the served-effect check found no config recorded by a "
+                   "verl trainer in this process; it runs with its defaults (served_effect_check=on)")
     else:
         return {}
     if settings.served_effect_check == "off" or getattr(batch, "batch", None) is None:
@@ -203,15 +243,27 @@ HOOKS: dict[str, tuple[str, Callable[[Callable[..., Any]], Callable[..., Any]], 
     V1_UTILS: (V1_ADVANTAGE, wrap_compute_advantage, ("verl.trainer.ppo.v1.trainer_base",)),
     # not a metric: the driver's config check, hooked the same way (verl_glue/driver_check.py)
     "verl.utils.config": ("validate_config", wrap_validate_config, ("verl.trainer.main_ppo",)),
+    # the trainer classes: their __init__ records the run's config
+    **{module: (cls, wrap_trainer_init, ()) for module, cls in TRAINER_CLASSES.items()},
 }
+
+
+def _wrap_in(module: Any) -> bool:
+    """Wrap the hooked name of a loaded verl module; False (and one loud warning) where it is missing."""
+    attr, wrap, _ = HOOKS[module.__name__]
+    if not hasattr(module, attr):
+        _warn_seam(f"{module.__name__}.{attr}", "the module has no such name",
+                   NO_RUN_CONFIG if module.__name__ in TRAINER_CLASSES else "the plugin does not wrap it")
+        return False
+    setattr(module, attr, wrap(getattr(module, attr)))
+    return True
 
 
 def _patch_loaded() -> None:
     for module_name, (attr, wrap, binders) in HOOKS.items():
         module = sys.modules.get(module_name)
-        if module is None or not hasattr(module, attr):
+        if module is None or not _wrap_in(module):
             continue
-        setattr(module, attr, wrap(getattr(module, attr)))
         for name in binders:
             binder = sys.modules.get(name)
             if binder is not None and hasattr(binder, attr):
@@ -239,9 +291,7 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: Any) -> None:
         self._inner[module.__name__].exec_module(module)
-        attr, wrap, _ = HOOKS[module.__name__]
-        if hasattr(module, attr):
-            setattr(module, attr, wrap(getattr(module, attr)))
+        _wrap_in(module)
 
 
 def install() -> None:
