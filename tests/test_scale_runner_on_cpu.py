@@ -173,7 +173,7 @@ def test_a_moe_shape_trains_attention_only_and_the_guards_accept_it(tmp_path: Pa
     pytest.importorskip("verl")
     from verl_sglang_lora.verl_glue.config_guards import config_problems
 
-    model, logs, results = run_scale(tmp_path, MOE, ARMS="adapter")
+    model, logs, results = run_scale(tmp_path, MOE)  # default arms on an MoE shape: the adapter arm alone
     cfg = composed(logs, f"scale_fsdp_{MOE}_adapter", "ppo_trainer")
     a = cfg.actor_rollout_ref
     assert list(a.model.target_modules) == ["q_proj", "k_proj", "v_proj", "o_proj"] and a.rollout.name == "sglang_lora"

@@ -2,15 +2,15 @@
 # Step time and memory of a GRPO example at a real model's shape on one GPU, per arm, one run after the other, then
 # one record per run in $OUT/results/scale.json (scripts/records.py scale).
 #   VSL_COMMIT=<sha> SHAPE=qwen3-8b STEPS=5 RESP=256 ARMS="adapter merge no_lora" bash scripts/device/scale.sh
-#   VSL_COMMIT=<sha> SHAPE=qwen3-30b-a3b-8l ARMS=adapter bash scripts/device/scale.sh
+#   VSL_COMMIT=<sha> SHAPE=qwen3-30b-a3b-8l bash scripts/device/scale.sh
 #   VSL_COMMIT=<sha> TRAINER=megatron SHAPE=qwen3-8b bash scripts/device/scale.sh
 # Needs the offline bundle and the plugin installed (scripts/device/evidence.sh installs them).
-# TRAINER: fsdp (examples/run_qwen3_lora_fsdp.sh, the default) or megatron (examples/run_qwen3_lora_megatron.sh,
-# default arm adapter). Megatron needs its stack carried into MCORE_DIR (/tmp/mcore) with TE's PyTorch extension
-# built there or carried as a wheel (docs/megatron_gpu.md: megatron_carry.sh, megatron_stack.sh build-bg); the
-# stack is installed into MCORE_SITE (/tmp/mcore_site, megatron_stack.sh install) unless it is there already, then
-# put on PYTHONPATH with TE attention unfused (megatron_env.sh). The Megatron example recomputes no activations,
-# where the FSDP example checkpoints them.
+# TRAINER: fsdp (examples/run_qwen3_lora_fsdp.sh, the default) or megatron (examples/run_qwen3_lora_megatron.sh).
+# ARMS defaults to all three with FSDP on a dense shape, else to adapter. Megatron needs its stack carried into
+# MCORE_DIR (/tmp/mcore) with TE's PyTorch extension built there or carried as a wheel (docs/megatron_gpu.md:
+# megatron_carry.sh, megatron_stack.sh build-bg); the stack is installed into MCORE_SITE (/tmp/mcore_site,
+# megatron_stack.sh install) unless it is there already, then put on PYTHONPATH with TE attention unfused
+# (megatron_env.sh). The Megatron example recomputes no activations, where the FSDP example checkpoints them.
 # Arms: adapter = rollout.name=sglang_lora serving the LoRA adapter (the example as it is); merge = the same with
 # lora.merge=True (merged weights pushed to SGLang); no_lora = full fine-tuning (LORA_RANK=0) with verl's own
 # rollout.name=sglang, the actor's parameters and optimizer offloaded to host memory.
@@ -33,12 +33,13 @@ set -uo pipefail
 source scripts/device/env.sh
 PY=${PYTHON:-python3}
 TRAINER=${TRAINER:-fsdp}
-case $TRAINER in
-fsdp) ARMS=${ARMS:-adapter merge no_lora} ;;
-megatron) ARMS=${ARMS:-adapter} ;;
-*) echo "TRAINER=$TRAINER: fsdp or megatron" >&2; exit 2 ;;
-esac
+case $TRAINER in fsdp | megatron) ;; *) echo "TRAINER=$TRAINER: fsdp or megatron" >&2; exit 2 ;; esac
 SHAPE=${SHAPE:-qwen3-8b}; STEPS=${STEPS:-5}; RESP=${RESP:-256}
+moe=$("$PY" -c "from verl_sglang_lora.tools.benchmarks import SHAPES; print(int('num_experts' in SHAPES['$SHAPE']))") \
+    || { echo "SHAPE=$SHAPE is not a shape of verl_sglang_lora/tools/benchmarks.py" >&2; exit 2; }
+# every arm on FSDP with a dense shape; the adapter arm elsewhere (merged weights of an MoE model are refused with
+# FSDP, verl_glue/config_guards.py)
+if [ "$TRAINER" = fsdp ] && [ "$moe" = 0 ]; then ARMS=${ARMS:-adapter merge no_lora}; else ARMS=${ARMS:-adapter}; fi
 BATCH=${BATCH:-16}; N=${N:-4}; MEM=${MEM:-0.5}; RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 SCALE_DIR=${SCALE_DIR:-/tmp/scale}; SCALE_LOGS=${SCALE_LOGS:-/tmp/scale_logs}
 EXAMPLE=examples/run_qwen3_lora_$TRAINER.sh
@@ -50,8 +51,6 @@ if [ "$TRAINER" = megatron ]; then
     [ -d "${MCORE_SITE:-/tmp/mcore_site}/megatron/bridge" ] || bash scripts/device/megatron_stack.sh install || exit 1
     source scripts/device/megatron_env.sh
 fi
-moe=$("$PY" -c "from verl_sglang_lora.tools.benchmarks import SHAPES; print(int('num_experts' in SHAPES['$SHAPE']))") \
-    || { echo "SHAPE=$SHAPE is not a shape of verl_sglang_lora/tools/benchmarks.py" >&2; exit 2; }
 
 "$PY" -m verl_sglang_lora.tools.offline_assets --out "$SCALE_DIR/offline" > /dev/null || exit 1
 "$PY" - "$SHAPE" "$MODEL" "$SCALE_DIR/offline/model" <<'PYEOF' || exit 1
