@@ -6,7 +6,7 @@ A record is one run: ``{"kind", "date", "commit", "gpu", "versions": {verl, sgla
     python scripts/records.py e2e LOG --command "..." [--out DIR]          # a verl run's console log -> a record
     python scripts/records.py json KIND FILE --command "..." [--out DIR]   # a benchmark's JSON output -> a record
     python scripts/records.py learning LOG --arm A --trainer T --seed S --command "..."  # a learning-curve run
-    python scripts/records.py scale LOG --shape S --arm A --responses N --command "..."     # a scale run's step figures
+    python scripts/records.py scale LOG --shape S --arm A --responses N [--mem-samples CSV] --command "..."  # a scale run
     python scripts/records.py render                          # docs/validation.md, docs/benchmarks.md, docs/learning.md
     python scripts/records.py check                                         # exit 1 when the docs are not current
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -132,12 +133,48 @@ def _peak(xs: list[float | None]) -> float | None:
     return max(xs) if xs else None
 
 
+GPU_PEAK_MEASURED = (
+    "nvidia-smi --query-compute-apps used_memory of each process, sampled every second through the run "
+    "(scripts/device/mem_sampler.py): the driver's per-process figure -- CUDA context, the allocator's cache and "
+    "memory outside PyTorch's allocator included, not PyTorch's allocator peak -- summed per role within a sample, "
+    "the largest sample; trainer = verl's Ray workers (ray::WorkerDict), sglang = SGLang's scheduler processes "
+    "(sglang::scheduler: model and KV cache) + its detokenizer + the server actor (ray::SGLangLoRARollout: SGLang's "
+    "HTTP server and tokenizer manager); null where nvidia-smi listed none of the run's pids")
+
+
+def mem_sampler() -> Any:
+    """scripts/device/mem_sampler.py as a module (a script beside the device scripts, not a package)."""
+    if "mem_sampler" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("mem_sampler", ROOT / "scripts" / "device" / "mem_sampler.py")
+        sys.modules["mem_sampler"] = importlib.util.module_from_spec(spec)  # dataclasses look their module up there
+        spec.loader.exec_module(sys.modules["mem_sampler"])
+    return sys.modules["mem_sampler"]
+
+
+def gpu_peak_figures(samples: Path | None) -> dict[str, Any]:
+    """The run's GPU peaks per role, per process class and of the whole GPU (GiB) from mem_sampler.py's samples."""
+    if samples is None or not samples.exists():
+        return {"peak_gpu_gib": {"trainer": None, "sglang": None}, "gpu_process_peak_gib": {},
+                "gpu_used_peak_gib": None, "gpu_samples": 0}
+    sampler = mem_sampler()
+    peaks = sampler.gpu_peaks(sampler.read_samples(samples))
+
+    def gib(mib: float | None) -> float | None:
+        return None if mib is None else round(mib / 1024, 3)
+
+    return {"peak_gpu_gib": {role: gib(peaks["roles"].get(role)) for role in ("trainer", "sglang")},
+            "gpu_process_peak_gib": {name: gib(v) for name, v in peaks["series"].items()},
+            "gpu_used_peak_gib": gib(peaks["gpu_total"]), "gpu_samples": peaks["samples"]}
+
+
 def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
-                  lora_backend: str | None = None) -> dict[str, Any]:
+                  lora_backend: str | None = None, mem_samples: Path | None = None) -> dict[str, Any]:
     """One scale run: medians over its steps after the first (which compiles kernels and makes the first sync) of
-    verl's step time and its parts (``timing_s/*``) and of the plugin's sync time; the trainer's peak GPU memory
-    (``actor/perf/max_memory_allocated_gb``) and the host's used memory (``actor/perf/cpu_memory_used_gb``, all
-    processes), each the largest over all steps; rollout tokens per second from the response lengths."""
+    verl's step time and its parts (``timing_s/*``) and of the plugin's sync time; the GPU peak of the trainer's
+    and of SGLang's processes from the driver (``mem_samples``: mem_sampler.py's CSV; GPU_PEAK_MEASURED says what
+    it is), the whole GPU's used memory, and verl's own trainer figure, the torch allocator's peak
+    (``actor/perf/max_memory_allocated_gb``), beside them; the host's used memory (``actor/perf/cpu_memory_used_gb``,
+    all processes), each the largest over all steps; rollout tokens per second from the response lengths."""
     n, s = step_series(log, SCALE_KEYS)
     skip = 1 if n > 1 else 0
 
@@ -146,11 +183,15 @@ def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
 
     rates = [None if None in (length, gen) or not gen else length * responses / gen
              for length, gen in zip(s["response_length/mean"], s["timing_s/gen"])]
+    gpu = gpu_peak_figures(mem_samples)
     return {"shape": shape, "trainer": trainer, "arm": arm, "lora_backend": lora_backend or None, "steps": n,
             "measured_steps": n - skip, "step_s_p50": med("timing_s/step"),
             "parts_s": {p: med(f"timing_s/{p}") for p in SCALE_PARTS},
             "sync_ms_p50": med("sglang_lora/sync_total_ms"),
-            "peak_gpu_gib": {"trainer": _peak(s["actor/perf/max_memory_allocated_gb"]), "sglang": None},
+            "peak_gpu_gib": gpu["peak_gpu_gib"], "peak_gpu_gib_measured": GPU_PEAK_MEASURED,
+            "gpu_process_peak_gib": gpu["gpu_process_peak_gib"], "gpu_used_peak_gib": gpu["gpu_used_peak_gib"],
+            "gpu_samples": gpu["gpu_samples"],
+            "trainer_allocated_peak_gib": _peak(s["actor/perf/max_memory_allocated_gb"]),
             "host_rss_gib": _peak(s["actor/perf/cpu_memory_used_gb"]),
             "rollout_tokens_per_s": _median(rates[skip:]), "rollout_tokens_per_s_from": ROLLOUT_TOKENS_FROM,
             "responses": responses, "response_length_mean": med("response_length/mean"),
@@ -243,20 +284,27 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
     scale = [r for r in records.get("scale", []) if r["figures"]["steps"]]
     if scale:
         out += ["## One-GPU scale runs", "",
-                "`bash scripts/device/scale.sh`: the FSDP GRPO example on a random-weights checkpoint of the shape "
-                "with a fixed response length, per arm (adapter: `rollout.name=sglang_lora`; merge: `lora.merge=True`; "
-                "no_lora: full fine-tuning with `rollout.name=sglang`, actor offloaded). Seconds are medians over the "
-                "steps after the first; GPU GiB is the trainer's peak allocation; host GiB is the host's used memory; "
-                "rollout tok/s is response_length/mean x responses / timing_s/gen.", "",
-                "| where | shape | arm | LoRA backend | steps | step s | gen s | old_log_prob s | ref s | update_actor s "
-                "| update_weights s | sync ms | GPU GiB | host GiB | rollout tok/s | length clip ratio |",
-                "|---" * 16 + "|"]
+                "`bash scripts/device/scale.sh`: a GRPO example (trainer fsdp or megatron) on a random-weights "
+                "checkpoint of the shape with a fixed response length, per arm (adapter: `rollout.name=sglang_lora`; "
+                "merge: `lora.merge=True`; no_lora: full fine-tuning with `rollout.name=sglang`, actor offloaded); a "
+                "mixture-of-experts shape trains an attention-only adapter. Seconds are medians over the steps after "
+                "the first. GPU GiB: the largest per-process GPU memory the driver reported (nvidia-smi, sampled "
+                "every second; CUDA context and allocator cache included) of the trainer's processes and of SGLang's, "
+                "'-' where nvidia-smi listed none of the run's pids; allocated GiB is verl's figure for the trainer, "
+                "the torch allocator's peak. Host GiB is the host's used memory; rollout tok/s is "
+                "response_length/mean x responses / timing_s/gen.", "",
+                "| where | shape | trainer | arm | LoRA backend | steps | step s | gen s | old_log_prob s | ref s "
+                "| update_actor s | update_weights s | sync ms | trainer GPU GiB | SGLang GPU GiB | trainer allocated "
+                "GiB | host GiB | rollout tok/s | length clip ratio |",
+                "|---" * 19 + "|"]
         for r in scale:
             f = r["figures"]
             p = f["parts_s"]
-            out.append(f"| {_where(r)} | {f['shape']} | {f['arm']} | {_fmt(f['lora_backend'])} | {f['steps']} | "
-                       f"{_fmt(f['step_s_p50'])} | " + " | ".join(_fmt(p[k]) for k in SCALE_PARTS) + " | "
-                       f"{_fmt(f['sync_ms_p50'])} | {_fmt(f['peak_gpu_gib']['trainer'])} | {_fmt(f['host_rss_gib'])} | "
+            peak = f["peak_gpu_gib"]
+            out.append(f"| {_where(r)} | {f['shape']} | {f['trainer']} | {f['arm']} | {_fmt(f['lora_backend'])} | "
+                       f"{f['steps']} | {_fmt(f['step_s_p50'])} | " + " | ".join(_fmt(p[k]) for k in SCALE_PARTS) +
+                       f" | {_fmt(f['sync_ms_p50'])} | {_fmt(peak['trainer'])} | {_fmt(peak['sglang'])} | "
+                       f"{_fmt(f.get('trainer_allocated_peak_gib'))} | {_fmt(f['host_rss_gib'])} | "
                        f"{_fmt(f['rollout_tokens_per_s'])} | {_fmt(f.get('response_clip_ratio_min'))} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
@@ -367,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     scale.add_argument("--trainer", default="fsdp", choices=("fsdp", "megatron"))
     scale.add_argument("--responses", required=True, type=int, help="responses per step: train_batch_size x n")
     scale.add_argument("--lora-backend", default="")
+    scale.add_argument("--mem-samples", type=Path, default=None,
+                       help="scripts/device/mem_sampler.py's CSV of the run: the GPU peaks per role")
     text = sub.add_parser("text")
     text.add_argument("kind")
     text.add_argument("summary")
@@ -389,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         print(append(make_record("learning", args.command, figures), args.out))
     elif args.cmd == "scale":
         figures = scale_figures(args.log.read_text(errors="replace"), args.shape, args.arm, args.trainer,
-                                args.responses, args.lora_backend)
+                                args.responses, args.lora_backend, args.mem_samples)
         print(append(make_record("scale", args.command, figures), args.out))
     elif args.cmd == "text":
         print(append(make_record(args.kind, args.command, {"summary": args.summary}), args.out))

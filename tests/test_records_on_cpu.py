@@ -68,3 +68,23 @@ def test_the_learning_page_names_adapter_steps_outside_the_merge_band() -> None:
     assert "adapter seed 2: 2 of 3 steps inside the merge band; below it at steps [2]." in page
     # a curve ahead of the merge arm is outside too, and said to be above
     assert "adapter seed 3: 1 of 3 steps inside the merge band; above it at steps [1]; below it at steps [2]." in page
+
+
+def test_a_scale_run_with_memory_samples_becomes_a_record_with_the_scale_schema(tmp_path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("\n".join(f"(TaskRunner) step:{i} - timing_s/step:9.0 - timing_s/gen:3.0 - "
+                             "actor/perf/max_memory_allocated_gb:21.5 - response_length/mean:256.0" for i in (1, 2, 3)))
+    samples = tmp_path / "mem.csv"
+    samples.write_text("t_s,step,series,procs,rss_mib,gpu_mib\n"
+                       "0.0,1,sglang_scheduler,1,3000.0,40960.0\n0.0,1,trainer,1,9000.0,25600.0\n"
+                       "0.0,1,gpu_total,,,67000.0\n1.0,1,trainer,1,9000.0,30720.0\n1.0,1,gpu_total,,,31000.0\n")
+    assert records.main(["scale", str(log), "--shape", "qwen3-30b-a3b-8l", "--arm", "adapter", "--trainer", "fsdp",
+                         "--responses", "64", "--lora-backend", "csgmv", "--mem-samples", str(samples),
+                         "--command", "SHAPE=qwen3-30b-a3b-8l bash scripts/device/scale.sh", "--out", str(tmp_path)]) == 0
+    (record,) = json.loads((tmp_path / "scale.json").read_text())
+    f = record["figures"]
+    assert KEYS <= set(record) and "sglang" in record["versions"]
+    assert {"shape", "trainer", "arm", "lora_backend", "steps", "step_s_p50", "parts_s", "sync_ms_p50", "peak_gpu_gib",
+            "host_rss_gib", "rollout_tokens_per_s", "base_tokens_per_s"} <= set(f)
+    assert f["peak_gpu_gib"] == {"trainer": 30.0, "sglang": 40.0} and f["trainer_allocated_peak_gib"] == 21.5
+    assert "driver" in f["peak_gpu_gib_measured"] and f["shape"] == "qwen3-30b-a3b-8l"

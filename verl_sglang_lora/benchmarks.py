@@ -29,10 +29,10 @@ def engine_args(pairs: list[str], cuda_graph: bool) -> dict[str, Any]:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    from verl_sglang_lora.tools.benchmarks import SHAPES
+    from verl_sglang_lora.tools.benchmarks import DENSE_SHAPES
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", action="append", choices=sorted(SHAPES), help="repeatable; default qwen3-0.6b")
+    p.add_argument("--shape", action="append", choices=DENSE_SHAPES, help="repeatable; default qwen3-0.6b")
     p.add_argument("--rank", action="append", type=int, help="repeatable; default 8, 32, 128")
     p.add_argument("--iters", type=int, default=30, help="timed iterations per path (after --warmup)")
     p.add_argument("--warmup", type=int, default=3)

@@ -3,6 +3,7 @@
 #   bash scripts/device/megatron_stack.sh build-bg [SRC_DIR]  # start TE's PyTorch extension build (setsid: outlives the call;
 #                                                             # against /tmp/site's torch where the bundle has one)
 #   bash scripts/device/megatron_stack.sh build-status [WAIT_S] # its state; the wheel is copied to $OUT when done
+#   bash scripts/device/megatron_stack.sh install               # the carried wheels into MCORE_SITE (what run does first)
 #   bash scripts/device/megatron_stack.sh run                   # STEPS=4, log $OUT/e2e_megatron.log
 # TransformerEngine's PyTorch extension exists only as an sdist: it is a C++ (no .cu) extension, compiled here
 # against the torch `run` imports (the bundle's in /tmp/site where it carries one, else the host's), the CUDA toolkit
@@ -99,20 +100,16 @@ run)
     bash scripts/device/install_plugin.sh 2>&1 | tail -1
     source scripts/device/env.sh
     install_stack
-    export PYTHONPATH=$PYTHONPATH:$MSITE
-    # TE opens cuDNN from CUDNN_HOME, else CUDA_HOME or the host interpreter's purelib (not /tmp/site): point it at
-    # the cuDNN the bundle's torch loads, so one process does not hold two
-    CUDNN_LIB=$(ls /tmp/site/nvidia/cudnn/lib/libcudnn.so.* 2>/dev/null | head -1)
-    [ -n "$CUDNN_LIB" ] && export CUDNN_HOME=${CUDNN_HOME:-$(dirname "$(dirname "$CUDNN_LIB")")}
+    source scripts/device/megatron_env.sh
     # torch first, as verl imports it: its own CUDA libraries load before TE's loader looks for any
     python3 -c "import torch, transformer_engine.pytorch, megatron.core; import verl_sglang_lora.register; \
 from megatron.bridge import AutoBridge; from megatron.bridge.peft.utils import *; \
 from verl_sglang_lora.runtime.cuda_libs import cudnn_state, loaded_libraries; \
 print('megatron stack imports: torch', torch.__version__, 'TE', transformer_engine.__version__); \
 print('cuDNN after TE:', cudnn_state(), 'files:', loaded_libraries('libcudnn'))" 2>&1 | tail -4
-    # no flash-attn wheel here; TE's cuDNN fused attention failed in the backward on the H200 (docs/megatron_gpu.md)
-    ATTN_BACKEND=${ATTN_BACKEND:-unfused} E2E_TIMEOUT=${E2E_TIMEOUT:-540} EXAMPLE=examples/run_qwen3_lora_megatron.sh \
+    E2E_TIMEOUT=${E2E_TIMEOUT:-540} EXAMPLE=examples/run_qwen3_lora_megatron.sh \
         bash scripts/device/e2e.sh e2e_megatron "$@"
     ;;
-*) echo "usage: megatron_stack.sh build-bg [SRC_DIR] | build-status [WAIT_S] | run [hydra overrides]" >&2; exit 2 ;;
+install) install_stack ;;
+*) echo "usage: megatron_stack.sh build-bg [SRC_DIR] | build-status [WAIT_S] | install | run [hydra overrides]" >&2; exit 2 ;;
 esac

@@ -1,4 +1,5 @@
-"""Memory of a verl + SGLang run over time, for the soak (scripts/device/soak.sh, item 4).
+"""Memory of a verl + SGLang run over time, for the soak (scripts/device/soak.sh, item 4) and the scale runs
+(scripts/device/scale.sh: each run's GPU peak per role, ``gpu_peaks``, read by ``scripts/records.py scale``).
 
     python3 scripts/device/mem_sampler.py sample --log RUN_LOG --csv OUT.csv [--interval 2] [--until-pid PID]
     python3 scripts/device/mem_sampler.py report --csv OUT.csv [--warmup 5] [--window 10] [--png PNG] [--log RUN_LOG]
@@ -41,6 +42,9 @@ SERIES = (
 )
 FIELDS = ("t_s", "step", "series", "procs", "rss_mib", "gpu_mib")
 GPU_TOTAL = "gpu_total"
+# the run's two GPU users: verl's trainer (its Ray workers) and SGLang (its scheduler processes, which hold the model
+# and the KV cache, with the detokenizer and the server actor that runs SGLang's HTTP server and tokenizer manager)
+ROLES = {"trainer": ("trainer",), "sglang": ("sglang_scheduler", "sglang_detokenizer", "server_actor")}
 STEP_RE = re.compile(rb"(?:^|[^/\w])step:(\d+) - ")  # not training/global_step:N
 NOISE_SIGMAS, NOISE_REL, NOISE_FLOOR_MIB = 3.0, 0.01, 16.0
 VERL_KEYS = (("actor/perf/max_memory_reserved_gb", "trainer torch_reserved(verl) gpu"),
@@ -177,6 +181,30 @@ def sample(log: Path, out: Path, interval: float, until_pid: int | None) -> int:
 
 
 # ---- report -----------------------------------------------------------------------------------------------------
+def read_samples(csv_path: Path) -> list[dict[str, str]]:
+    with csv_path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def gpu_peaks(rows: list[dict[str, str]]) -> dict[str, object]:
+    """The largest GPU memory (MiB, nvidia-smi's per-process figure) over a run's samples: per role (its series
+    summed within each sample), per series, and the whole GPU's. A role or series is None where no sample has a GPU
+    figure for it (nvidia-smi listed none of the run's pids, or the run never started it)."""
+    by_sample: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if row.get("gpu_mib") not in (None, ""):
+            by_sample.setdefault(row["t_s"], {})[row["series"]] = float(row["gpu_mib"])
+
+    def peak(names: tuple[str, ...]) -> float | None:
+        sums = [sum(s[n] for n in names if n in s) for s in by_sample.values() if any(n in s for n in names)]
+        return max(sums) if sums else None
+
+    series = sorted({name for s in by_sample.values() for name in s if name != GPU_TOTAL})
+    return {"roles": {role: peak(names) for role, names in ROLES.items()},
+            "series": {name: peak((name,)) for name in series}, "gpu_total": peak((GPU_TOTAL,)),
+            "samples": len({row["t_s"] for row in rows})}
+
+
 @dataclass
 class SeriesStats:
     name: str  # e.g. "trainer rss", "sglang_scheduler gpu", "gpu_total gpu"
@@ -282,8 +310,7 @@ def plot(series: dict[str, dict[int, float]], png: Path) -> str:
 
 
 def report(csv_path: Path, warmup: int, window: int, png: Path | None, log: Path | None = None) -> int:
-    with csv_path.open() as f:
-        rows = list(csv.DictReader(f))
+    rows = read_samples(csv_path)
     series = per_step(rows)
     if log is not None:
         series.update(verl_series(log))

@@ -47,22 +47,71 @@ SHAPES: dict[str, dict[str, Any]] = {
                        head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True),
     "qwen3-8b": dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
                      head_dim=128, intermediate_size=12288, vocab_size=151936, tie_word_embeddings=False),
+    # Qwen3-30B-A3B's layers (hidden 2048, 32 heads / 4 KV heads of 128, 128 experts of 768 with 8 routed per
+    # token and their weights renormalised, every layer sparse, vocab 151936, untied), 8 of its 48: 5,607,297,024
+    # parameters -- per layer 623,120,640 (attention 18,874,368 + norms, experts 603,979,776, router 262,144),
+    # embeddings + lm_head 622,329,856 -- 11.21 GB in bf16 (the whole model: 30.53e9). On one 80 GB GPU: SGLang at
+    # gpu_memory_utilization 0.5 (40 GB: these weights and the KV cache) beside the FSDP actor's weights (fp32 by
+    # verl's default, 22.4 GB) and an attention-only r32 adapter (4.46e6 parameters).
+    "qwen3-30b-a3b-8l": dict(model_type="qwen3_moe", hidden_size=2048, num_hidden_layers=8, num_attention_heads=32,
+                             num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+                             moe_intermediate_size=768, norm_topk_prob=True, decoder_sparse_step=1,
+                             mlp_only_layers=[], vocab_size=151936, tie_word_embeddings=False),
 }
+# the shapes an all-linear adapter fits (random_adapter: dense MLP projections); a mixture-of-experts shape is
+# served attention-only adapters (verl_glue/config_guards.py)
+DENSE_SHAPES = sorted(name for name, params in SHAPES.items() if "num_experts" not in params)
+ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 PROJ = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
 
 
-def write_checkpoint(shape: str, out: Path, shard_bytes: int = 2 << 30, live: bool = False) -> Path:
+def checkpoint_names(state: dict[str, torch.Tensor]) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of each tensor of the architecture's checkpoint, from a model's state dict.
+
+    transformers 5 holds a layer's experts fused (``mlp.experts.gate_up_proj`` [E, 2I, H], gate rows first, and
+    ``mlp.experts.down_proj`` [E, H, I]); a Qwen3 MoE checkpoint names each expert's projections
+    (``mlp.experts.<e>.gate_proj.weight`` ...), the names SGLang's loader maps and transformers converts on load."""
+    out = []
+    for name, t in state.items():
+        prefix, _, last = name.rpartition(".")
+        if prefix.endswith("mlp.experts") and t.dim() == 3 and last in ("gate_up_proj", "down_proj"):
+            experts, rows, cols = t.shape
+            for e in range(experts):
+                if last == "gate_up_proj":
+                    out += [(f"{prefix}.{e}.gate_proj.weight", (rows // 2, cols)),
+                            (f"{prefix}.{e}.up_proj.weight", (rows // 2, cols))]
+                else:
+                    out.append((f"{prefix}.{e}.down_proj.weight", (rows, cols)))
+        else:
+            out.append((name, tuple(t.shape)))
+    return out
+
+
+def shape_config(shape: str, overrides: dict[str, Any] | None = None) -> Any:
+    """The transformers config of a shape (``overrides`` replace its fields), as its checkpoint's config.json."""
+    import transformers
+
+    params = {**SHAPES[shape], **(overrides or {})}
+    model_type = params.pop("model_type", "qwen3")
+    # SGLang picks the model class from `architectures`; a bare config leaves it None and the launch fails.
+    return transformers.AutoConfig.for_model(model_type, max_position_embeddings=4096, torch_dtype="bfloat16",
+                                             architectures=[ARCHITECTURES[model_type]], **params)
+
+
+def write_checkpoint(shape: str, out: Path, shard_bytes: int = 2 << 30, live: bool = False,
+                     overrides: dict[str, Any] | None = None) -> Path:
     """config.json + bf16 safetensors shards with the architecture's own parameter names, all zero.
 
     ``live``: random embeddings / lm_head and unit norms, the rest zero, so that the logits depend on the input
     and an adapter's effect shows in the served log-probs (with all-zero weights every log-prob is the uniform
-    one, adapter or not, and a served-output comparison proves nothing)."""
+    one, adapter or not, and a served-output comparison proves nothing). On a mixture-of-experts shape the router
+    is random too: each token then picks its own experts, spread over all of them as a trained router's choices
+    are (an all-zero router sends every token to the same few experts, a fraction of the expert weights' cost).
+    ``overrides``: config fields that replace the shape's (e.g. fewer layers)."""
     import transformers
     from safetensors.torch import save_file
 
-    # SGLang picks the model class from `architectures`; a bare Qwen3Config leaves it None and the launch fails.
-    cfg = transformers.Qwen3Config(max_position_embeddings=4096, torch_dtype="bfloat16",
-                                   architectures=["Qwen3ForCausalLM"], **SHAPES[shape])
+    cfg = shape_config(shape, overrides)
     out.mkdir(parents=True, exist_ok=True)
     cfg.save_pretrained(out)
     with torch.device("meta"):
@@ -73,14 +122,14 @@ def write_checkpoint(shape: str, out: Path, shard_bytes: int = 2 << 30, live: bo
     weight_map: dict[str, str] = {}
     size, total = 0, 0
     gen = torch.Generator().manual_seed(0)
-    for name, t in [*meta.items(), (None, None)]:
+    for name, dims in [*checkpoint_names(meta), (None, None)]:
         if name is not None:
             if live and name.endswith("norm.weight"):
-                shard[name] = torch.ones(t.shape, dtype=torch.bfloat16)
-            elif live and name.endswith(("embed_tokens.weight", "lm_head.weight")):
-                shard[name] = (torch.randn(t.shape, generator=gen) * 0.05).to(torch.bfloat16)
+                shard[name] = torch.ones(dims, dtype=torch.bfloat16)
+            elif live and name.endswith(("embed_tokens.weight", "lm_head.weight", "mlp.gate.weight")):
+                shard[name] = (torch.randn(dims, generator=gen) * 0.05).to(torch.bfloat16)
             else:
-                shard[name] = torch.zeros(t.shape, dtype=torch.bfloat16)
+                shard[name] = torch.zeros(dims, dtype=torch.bfloat16)
             size += shard[name].numel() * 2
         if shard and (name is None or size >= shard_bytes):
             file = f"model-{len(set(weight_map.values())):05d}.safetensors"
@@ -359,7 +408,7 @@ def print_table(results: list[dict[str, Any]], pin_ns: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", action="append", choices=sorted(SHAPES), help="repeatable; default qwen3-0.6b")
+    p.add_argument("--shape", action="append", choices=DENSE_SHAPES, help="repeatable; default qwen3-0.6b")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--rank", type=int, default=32)
     p.add_argument("--mem-fraction", type=float, default=0.5)

@@ -186,12 +186,12 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from verl_sglang_lora.tools.benchmarks import SHAPES
+    from verl_sglang_lora.tools.benchmarks import DENSE_SHAPES
 
     p = argparse.ArgumentParser(prog="python -m verl_sglang_lora.tools.lora_throughput",
                                 description="Decode throughput with and without a LoRA adapter, per SGLang LoRA "
                                             "backend (needs a GPU).")
-    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-8b")
+    p.add_argument("--shape", choices=DENSE_SHAPES, default="qwen3-8b")
     p.add_argument("--rank", type=int, default=32)
     p.add_argument("--backend", action="append", help="restrict to these backends (repeatable)")
     p.add_argument("--batch", type=int, default=64)
