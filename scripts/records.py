@@ -257,13 +257,18 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
            ""]
     for r in records.get("sync_matrix", []):
         out += [f"## Adapter sync matrix -- {_where(r)}", "", f"`{r['command']}`", "",
-                "| shape | rank | path | p50 ms | p95 ms | first request ms | x disk | correct |",
-                "|---|---|---|---|---|---|---|---|"]
+                "Settle: the idle gap before each sync (0: the sync is sent right behind a request, and waits for the "
+                "scheduler's step in flight). Inbound: from the client's send to the loader's entry in SGLang's "
+                "scheduler (in-place rows).", "",
+                "| shape | rank | path | settle ms | p50 ms | p95 ms | inbound ms | first request ms | x disk | correct |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
         for row in r["figures"].get("rows", []):
             if "p50_ms" not in row:
                 continue
-            out.append(f"| {row.get('shape')} | {row.get('rank')} | {row.get('path')} | {_fmt(row.get('p50_ms'))} | "
-                       f"{_fmt(row.get('p95_ms'))} | {_fmt(row.get('first_request_ms'))} | "
+            inbound = (row.get("phases_p50_ms") or {}).get("inbound_ms")
+            out.append(f"| {row.get('shape')} | {row.get('rank')} | {row.get('path')} | {_fmt(row.get('settle_ms'))} | "
+                       f"{_fmt(row.get('p50_ms'))} | {_fmt(row.get('p95_ms'))} | {_fmt(inbound)} | "
+                       f"{_fmt(row.get('first_request_ms'))} | "
                        f"{_fmt(row.get('speedup_vs_disk'))} | {_fmt(row.get('correct'))} |")
         out.append("")
     for r in records.get("served_effect_sim", []):

@@ -22,7 +22,9 @@ for step in "$@"; do
         python3 scripts/records.py e2e "$LOGDIR/e2e_fsdp.log" --title "FSDP2 example, rollout.name=sglang_lora" \
             --command "STEPS=${E2E_STEPS:-4} bash examples/run_qwen3_lora_fsdp.sh (triton attention, pytorch sampling, eager)" --out "$RES" ;;
     matrix)
-        args=${MATRIX_ARGS:---shape qwen3-0.6b --shape qwen3-8b --rank 32}
+        # an idle gap before each sync, as in a training run (the sync follows the update, not a request): with none,
+        # the sync waits in the scheduler's socket for the decode step its previous request left in flight
+        args="${MATRIX_ARGS:---shape qwen3-0.6b --shape qwen3-8b --rank 32} --settle-ms ${MATRIX_SETTLE_MS:-50}"
         timeout "${MATRIX_TIMEOUT:-540}" python3 -m verl_sglang_lora.benchmarks $args --iters "${MATRIX_ITERS:-30}" \
             --engine-arg attention_backend=triton --engine-arg sampling_backend=pytorch --engine-arg "${CG_FLAG#--}=8" \
             --json "$LOGDIR/matrix.json" > "$LOGDIR/matrix.log" 2>&1

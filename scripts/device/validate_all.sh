@@ -32,7 +32,7 @@ benchmarks() {
 }
 matrix() {  # every path, ranks 8/32/128, both shapes, one engine per shape and rank (tools/sync_matrix.py)
     timeout "$STEP_TIMEOUT" python3 -m verl_sglang_lora.benchmarks ${MATRIX_ARGS:---shape qwen3-0.6b --shape qwen3-8b} \
-        --iters "${MATRIX_ITERS:-30}" --engine-arg attention_backend=triton --engine-arg sampling_backend=pytorch \
+        --iters "${MATRIX_ITERS:-30}" --settle-ms "${MATRIX_SETTLE_MS:-50}" --engine-arg attention_backend=triton --engine-arg sampling_backend=pytorch \
         --engine-arg "${CG_FLAG#--}=8" --json "$LOGDIR/matrix.json" > "$LOGDIR/matrix.log" 2>&1
     grep "^|" "$LOGDIR/matrix.log" | tail -40
 }
