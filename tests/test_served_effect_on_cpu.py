@@ -415,6 +415,32 @@ def test_a_missing_trainer_seam_is_said_and_the_defaults_apply(caplog: pytest.Lo
         trainer_metrics.served_effect_metrics(data_proto(synth("quarter")), trainer_metrics._check.config, True)
 
 
+def test_a_subclass_init_that_skips_super_records_its_config() -> None:
+    """verl's one-step-off and fully-async trainers subclass a wrapped trainer with an __init__ of their own that
+    never calls super().__init__: theirs is wrapped when the subclass is defined."""
+
+    class Base:
+        def __init__(self, config) -> None:
+            self.config = config
+
+    trainer_metrics.wrap_trainer_init(Base)
+
+    class Async(Base):
+        def __init__(self, config, tokenizer=None) -> None:  # no super().__init__, as verl's async trainers
+            self.config = config
+
+    class Plain(Base):  # inherits the wrapped __init__: not wrapped twice
+        pass
+
+    assert getattr(Async.__init__, "__sglang_lora_wrapped__", False) and Plain.__init__ is Base.__init__
+    first, second = run_config(served_effect_check="warn"), run_config(served_effect_check="off")
+    Async(first)
+    assert trainer_metrics._check.config is first
+    trainer_metrics._check.judge = object()  # the first run's noise floor
+    Plain(second)
+    assert trainer_metrics._check.config is second and trainer_metrics._check.judge is None  # no stale state
+
+
 def test_no_stack_frame_reads() -> None:
     """The plugin reaches into verl through named seams only, never through its callers' stack frames."""
     pattern = re.compile(r"_getframe|f_back|f_locals|currentframe|inspect\.stack|inspect\.trace")

@@ -48,7 +48,10 @@ mkdir -p "$LOGDIR/results" "$SCALE_LOGS"
 read -ra arms <<< "$ARMS"
 
 if [ "$TRAINER" = megatron ]; then
-    [ -d "${MCORE_SITE:-/tmp/mcore_site}/megatron/bridge" ] || bash scripts/device/megatron_stack.sh install || exit 1
+    # install exits 0 when pip fails (its output is filtered): judge by what it left
+    [ -d "${MCORE_SITE:-/tmp/mcore_site}/megatron/bridge" ] || bash scripts/device/megatron_stack.sh install
+    [ -d "${MCORE_SITE:-/tmp/mcore_site}/megatron/bridge" ] \
+        || { echo "the Megatron stack is not in ${MCORE_SITE:-/tmp/mcore_site} (docs/megatron_gpu.md)" >&2; exit 1; }
     source scripts/device/megatron_env.sh
 fi
 

@@ -174,11 +174,31 @@ def wrap_trainer_init(cls: Any) -> Any:
         original(self, *args, **kwargs)
         config = getattr(self, "config", None)
         if cfg_path(config, "actor_rollout_ref.rollout") is not None:
+            if config is not _check.config:  # another run's trainer: its own noise floor, verdicts and figures
+                _check.__init__()
             _check.config = config
 
     setattr(__init__, _WRAPPED, True)
     cls.__init__ = __init__
+    _wrap_subclass_inits(cls)
     return cls
+
+
+def _wrap_subclass_inits(cls: Any) -> None:
+    """Wrap the ``__init__`` of every later subclass of ``cls`` that defines its own: verl's one-step-off and
+    fully-async trainers subclass ``SeparateRayPPOTrainer`` with an ``__init__`` that never calls ``super().__init__``."""
+    previous = vars(cls).get("__init_subclass__")
+
+    def __init_subclass__(sub: Any, **kwargs: Any) -> None:
+        if previous is not None:
+            previous.__func__(sub, **kwargs)
+        else:
+            super(cls, sub).__init_subclass__(**kwargs)
+        if "__init__" in vars(sub) and trainer_init_seam(sub) is None:  # not Ray's (self, *args) actor wrapper
+            wrap_trainer_init(sub)
+
+    setattr(__init_subclass__, _WRAPPED, True)
+    cls.__init_subclass__ = classmethod(__init_subclass__)
 
 
 def _warn_seam(seam: str, problem: str, effect: str) -> None:
