@@ -20,6 +20,7 @@ import datetime
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import re
 import statistics
@@ -103,7 +104,7 @@ LEARNING_KEYS = {"rewards": "critic/score/mean", "step_s": "timing_s/step", "syn
                  "served_effect_verdict": "sglang_lora/served_effect_verdict",
                  "resident_fallbacks": "sglang_lora/resident_fallbacks",
                  # verl's mean |p_rollout - p_trainer| over the batch's tokens: how closely the served policy
-                 # follows the trained one (0 where the rollout engine holds exactly the trainer's weights)
+                 # follows the trained one (near 0 where the engine holds the trainer's weights: kernels differ)
                  "served_vs_trained_dp": "training/rollout_probs_diff_mean"}
 
 
@@ -124,7 +125,7 @@ ROLLOUT_TOKENS_FROM = "response_length/mean x responses / timing_s/gen, per step
 
 
 def _median(xs: list[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None]
+    xs = [x for x in xs if x is not None and not math.isnan(x)]  # verl logs nan for an all-masked batch
     return statistics.median(xs) if xs else None
 
 

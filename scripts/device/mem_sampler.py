@@ -35,6 +35,7 @@ from pathlib import Path
 SERIES = (
     ("ray::WorkerDict", "trainer"),
     ("ray::SGLangLoRARollout", "server_actor"),
+    ("ray::SGLangHttpServer", "server_actor"),  # verl's own server actor (rollout.name=sglang)
     ("sglang::scheduler", "sglang_scheduler"),
     ("sglang::detokenizer", "sglang_detokenizer"),
     ("ray::TaskRunner", "taskrunner"),

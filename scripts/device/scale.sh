@@ -133,6 +133,9 @@ for arm in "${arms[@]}"; do
     sampler=$!
     wait "$run"; rc=$?
     wait "$sampler"  # it ends within a second of the run
+    # a run ended by its timeout leaves Ray's workers and SGLang's processes holding GPU memory: none may count toward
+    # (or crowd out) the next arm
+    "$PY" -m ray.scripts.scripts stop --force > /dev/null 2>&1
     echo "== $arm rc=$rc wall=$(( $(date +%s) - START ))s"
     lb=$backend; [ "$arm" = adapter ] || lb=
     how="triton attention, pytorch sampling, eager"; [ "$TRAINER" = megatron ] && how="$how, TE attention $ATTN_BACKEND"
