@@ -23,6 +23,7 @@ SHIM = """#!/usr/bin/env bash
 if [ "$2" = "verl.trainer.main_ppo" ]; then shift 2; "{py}" -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "$@"
 elif [ "$2" = "verl_sglang_lora.tools.preflight" ]; then exit 0  # this CPU host has no GPU: tested on its own below
 elif [ "$2" = "verl_sglang_lora.tools.gpu_env" ]; then echo "$0"  # "the tested set is here": this python runs it
+elif [ "$2" = "ray.scripts.scripts" ]; then exit 0  # recorded only: a real `ray stop` ends every Ray on the host
 else exec "{py}" "$@"; fi
 """
 EXAMPLES = {"run_qwen3_lora_fsdp.sh": "ppo_trainer", "run_qwen3_lora_megatron.sh": "ppo_megatron_trainer"}

@@ -167,6 +167,9 @@ def test_each_arm_passes_its_overrides_and_they_compose(tmp_path: Path) -> None:
     assert recs[0]["figures"]["lora_backend"] and recs[1]["figures"]["lora_backend"] is None
     assert all(r["figures"]["responses"] == 64 and r["commit"] == "c0" for r in recs)
     assert all(r["figures"]["trainer"] == "fsdp" and r["command"].startswith("TRAINER=fsdp SHAPE=qwen3-8b") for r in recs)
+    # after each arm, whatever it left of Ray (and SGLang under it) is stopped before the next
+    called = (tmp_path / "calls.log").read_text().splitlines()
+    assert sum(line.endswith("-m ray.scripts.scripts stop --force") for line in called) == 3
 
 
 def test_a_moe_shape_trains_attention_only_and_the_guards_accept_it(tmp_path: Path) -> None:
