@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning comparison on one GPU: GRPO on the offline task (tools/offline_reward.py) through an example
-# (TRAINER=fsdp, the default, or megatron with the Megatron stack installed),
+# (TRAINER=fsdp, the default, or megatron: its carried wheels in /tmp/mcore, docs/megatron_gpu.md),
 # every arm x seed at once (each its own Ray instance and SGLang server, GPU memory split between them), then one
 # record per run in $OUT/results/learning.json (scripts/records.py learning).
 #   VSL_COMMIT=<sha> STEPS=30 LR=2e-4 SEEDS="1 2" ARMS="adapter merge reference" bash scripts/device/learning.sh
@@ -12,9 +12,11 @@ set -uo pipefail
 source scripts/device/env.sh
 STEPS=${STEPS:-30}; LR=${LR:-2e-4}; TRAINER=${TRAINER:-fsdp}; EXAMPLE=examples/run_qwen3_lora_$TRAINER.sh; SEEDS=${SEEDS:-1 2}; ARMS=${ARMS:-adapter merge reference}
 RUN_TIMEOUT=${RUN_TIMEOUT:-480}
+LOGS=${LEARN_LOGS:-/tmp/learn_logs}; ASSETS_ROOT=${LEARN_ASSETS:-/tmp/assets}  # run logs; one assets folder per run
+if [ "$TRAINER" = megatron ]; then source scripts/device/megatron_env.sh || exit 1; fi
 read -ra arms <<< "$ARMS"; read -ra seeds <<< "$SEEDS"
 MEM=$(python3 -c "print(round(0.8 / ${#arms[@]} / ${#seeds[@]}, 3))")  # each SGLang's share of the GPU
-mkdir -p "$LOGDIR/results"
+mkdir -p "$LOGDIR/results" "$LOGS"
 export RAY_AUTH_MODE=disabled  # concurrent Ray instances would race to write one shared token file
 arm_args() {
     case $1 in
@@ -24,13 +26,13 @@ arm_args() {
     esac
 }
 arm_rank() { if [ "$1" = reference ]; then echo 0; else echo 32; fi; }
-log_of() { echo "/tmp/learn_${TRAINER}_$1_s$2.log"; }
+log_of() { echo "$LOGS/learn_${TRAINER}_$1_s$2.log"; }
 pids=()
 for arm in "${arms[@]}"; do
     for seed in "${seeds[@]}"; do
         # one assets folder per run: every example start rewrites its assets
         # shellcheck disable=SC2046
-        LORA_RANK=$(arm_rank "$arm") STEPS=$STEPS LR=$LR EXP=learn_${TRAINER}_${arm}_s$seed ASSETS=/tmp/assets/${arm}_s$seed timeout "$RUN_TIMEOUT" \
+        LORA_RANK=$(arm_rank "$arm") STEPS=$STEPS LR=$LR EXP=learn_${TRAINER}_${arm}_s$seed ASSETS=$ASSETS_ROOT/${arm}_s$seed timeout "$RUN_TIMEOUT" \
             bash "$EXAMPLE" "${SGLANG_GPU_ARGS[@]}" $(arm_args "$arm") data.seed="$seed" \
             actor_rollout_ref.rollout.seed="$seed" actor_rollout_ref.rollout.gpu_memory_utilization="$MEM" \
             actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1 > "$(log_of "$arm" "$seed")" 2>&1 &
@@ -48,4 +50,4 @@ for arm in "${arms[@]}"; do
         grep -E "Traceback|Error" "$log" | grep -v "UserWarning\|warnings.warn" | tail -3
     done
 done
-tar czf "$LOGDIR/learning_logs.tgz" -C /tmp $(cd /tmp && ls learn_*.log)
+tar czf "$LOGDIR/learning_logs.tgz" -C "$LOGS" .

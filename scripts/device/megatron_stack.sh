@@ -100,7 +100,7 @@ run)
     bash scripts/device/install_plugin.sh 2>&1 | tail -1
     source scripts/device/env.sh
     install_stack
-    source scripts/device/megatron_env.sh
+    source scripts/device/megatron_env.sh || exit 1
     # torch first, as verl imports it: its own CUDA libraries load before TE's loader looks for any
     python3 -c "import torch, transformer_engine.pytorch, megatron.core; import verl_sglang_lora.register; \
 from megatron.bridge import AutoBridge; from megatron.bridge.peft.utils import *; \

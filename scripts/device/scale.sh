@@ -47,13 +47,7 @@ MODEL=$SCALE_DIR/$SHAPE; DATA=$SCALE_DIR/offline/testset
 mkdir -p "$LOGDIR/results" "$SCALE_LOGS"
 read -ra arms <<< "$ARMS"
 
-if [ "$TRAINER" = megatron ]; then
-    # install exits 0 when pip fails (its output is filtered): judge by what it left
-    [ -d "${MCORE_SITE:-/tmp/mcore_site}/megatron/bridge" ] || bash scripts/device/megatron_stack.sh install
-    [ -d "${MCORE_SITE:-/tmp/mcore_site}/megatron/bridge" ] \
-        || { echo "the Megatron stack is not in ${MCORE_SITE:-/tmp/mcore_site} (docs/megatron_gpu.md)" >&2; exit 1; }
-    source scripts/device/megatron_env.sh
-fi
+if [ "$TRAINER" = megatron ]; then source scripts/device/megatron_env.sh || exit 1; fi
 
 "$PY" -m verl_sglang_lora.tools.offline_assets --out "$SCALE_DIR/offline" > /dev/null || exit 1
 "$PY" - "$SHAPE" "$MODEL" "$SCALE_DIR/offline/model" <<'PYEOF' || exit 1
