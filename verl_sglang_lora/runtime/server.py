@@ -95,7 +95,9 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.resident_reserve = 2 * (mirror or 0)
         if self.resident_on:
             logger.warning("sglang_lora: resident in-place sync on: 2 slots, each verified through a read-back "
-                           "mirror of %s in SGLang's process", f"{mirror / 2**20:.1f} MiB" if mirror else
+                           "mirror of %s in SGLang's process where the trainer's adapter has the pool's dtype (else "
+                           "block by block, with no mirror; the attach says which)",
+                           f"{mirror / 2**20:.1f} MiB" if mirror else
                            "the adapter's size (not computable from this model's config)")
         self._raw_generate_request = None
         self.prefix_tags = PrefixTags()
