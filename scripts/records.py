@@ -258,7 +258,7 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
            ""]
     for r in records.get("sync_matrix", []):
         out += [f"## Adapter sync matrix -- {_where(r)}", "", f"`{r['command']}`", "",
-                "Settle: the idle gap before each sync (0: the sync is sent right behind a request, and waits for the "
+                "Settle: the idle gap before each sync (0: the sync is sent right behind a request and can wait for the "
                 "scheduler's step in flight). Inbound: from the client's send to the loader's entry in SGLang's "
                 "scheduler (in-place rows).", "",
                 "| shape | rank | path | settle ms | p50 ms | p95 ms | inbound ms | first request ms | x disk | correct |",
