@@ -90,7 +90,7 @@ _SLOW_UNITS = {
     "test_fault_scripts_on_cpu": 45, "test_topology_launch_on_cpu": 40, "test_resident_actor_on_cpu": 38,
     "test_sync_faults_on_cpu": 35, "test_registration_on_cpu": 33, "test_sync_metrics_on_cpu": 25,
     "test_resident_slot_on_cpu": 25, "test_server_import_on_cpu": 23, "test_restart_recovery_on_cpu": 30,
-    "test_update_session_on_cpu": 20,
+    "test_update_session_on_cpu": 20, "test_stock_lora_pattern_on_cpu": 12,
     "test_cli_without_sglang_on_cpu": 80, "test_examples_on_cpu": 18, "test_served_effect_on_cpu": 17, "test_megatron_bridge_lora_on_cpu": 15,
 }
 
