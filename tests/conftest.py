@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,52 @@ def sglang_or_skip(module: str = "sglang.srt.managers.io_struct"):
 
 LOCKS = Path(__file__).resolve().parents[1] / "scripts" / "offline_bundle"
 
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sglang_release_dir(version: str) -> Path:
+    """``.cache/sglang/<version>`` (scripts/sglang_release.sh); skipped where it is missing, failed where the suite's
+    own run (VERL_SGLANG_LORA_REQUIRE_SGLANG=1, scripts/run_cpu_tests.sh) should have prepared it."""
+    path = ROOT / ".cache" / "sglang" / version
+    if not (path / "sglang").is_dir():
+        message = f"SGLang {version} is not prepared (bash scripts/sglang_release.sh {version})"
+        if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def start_per_release(versions, argv: list[str], with_root: bool = False) -> dict:
+    """One interpreter per SGLang release at once, the release first on PYTHONPATH (the project after it where
+    ``with_root``): {version: Popen, or None where the release is missing}."""
+    procs = {}
+    for version in versions:
+        path = ROOT / ".cache" / "sglang" / version
+        if not (path / "sglang").is_dir():
+            procs[version] = None
+            continue
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PYTHONPATH"] = os.pathsep.join([str(path), str(ROOT)] if with_root else [str(path)])
+        procs[version] = subprocess.Popen([sys.executable, "-W", "ignore", *argv], cwd=ROOT, env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return procs
+
+
+def release_result(procs: dict, version: str, timeout: float = 240) -> dict:
+    """The last stdout line (JSON) of ``version``'s interpreter, which must have exited 0."""
+    sglang_release_dir(version)
+    proc = procs[version]
+    stdout, stderr = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def stop_all(procs: dict) -> None:
+    for proc in procs.values():
+        if proc is not None and proc.poll() is None:
+            proc.kill()
 
 def load_script(path: Path, name: str):
     """A script (not a package module: constraints/generate.py, constraints/check_resolve.py, ...) loaded by path."""

@@ -17,13 +17,11 @@ ghost slots, or 0.5.12's ghosts stop appearing or stop being bounded), and then 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import release_result, sglang_release_dir, start_per_release, stop_all
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = ("0.5.18", "0.5.12")
@@ -31,41 +29,16 @@ STEPS, SLOTS = 50, 4
 RUNS = ("stock.lru", "stock.fifo", "versioned.lru", "versioned.fifo")
 
 
-def _release_or_fail(version: str) -> Path:
-    path = ROOT / ".cache" / "sglang" / version
-    if not (path / "sglang").is_dir():
-        message = f"SGLang {version} is not prepared (bash scripts/sglang_release.sh {version})"
-        if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
 @pytest.fixture(scope="module")
 def runs() -> dict:
-    procs = {}
-    for version in RELEASES:
-        path = ROOT / ".cache" / "sglang" / version
-        if not (path / "sglang").is_dir():
-            procs[version] = None
-            continue
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env["PYTHONPATH"] = os.pathsep.join([str(path), str(ROOT)])
-        procs[version] = subprocess.Popen(
-            [sys.executable, "-W", "ignore", "-m", "tests.stock_pattern_probe", "--steps", str(STEPS),
-             "--slots", str(SLOTS)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = start_per_release(RELEASES, ["-m", "tests.stock_pattern_probe", "--steps", str(STEPS), "--slots",
+                                         str(SLOTS)], with_root=True)
     yield procs
-    for proc in procs.values():
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+    stop_all(procs)
 
 
 def _result(runs: dict, version: str) -> dict:
-    _release_or_fail(version)
-    proc = runs[version]
-    stdout, stderr = proc.communicate(timeout=240)
-    assert proc.returncode == 0, stderr[-3000:]
-    out = json.loads(stdout.strip().splitlines()[-1])
+    out = release_result(runs, version)
     assert out["sglang_version"] == version and f"/.cache/sglang/{version}/" in out["sglang_file"]
     return out
 
@@ -120,7 +93,7 @@ def test_the_tokenizer_name_cache_grows_only_with_new_names(runs, version):
     for name in RUNS:
         sizes = [s["lora_ref_cache"] for s in out[name]["history"]]
         assert sizes == ([1] * STEPS if name.startswith("stock") else list(range(1, STEPS + 1))), name
-    managers = _release_or_fail(version) / "sglang" / "srt" / "managers"
+    managers = sglang_release_dir(version) / "sglang" / "srt" / "managers"
     source = "".join(p.read_text() for p in managers.glob("tokenizer*.py"))
     assert "self.lora_ref_cache[obj.lora_name] = new_adapter" in source
     for removal in ("del self.lora_ref_cache", "lora_ref_cache.pop", "lora_ref_cache.clear"):

@@ -9,15 +9,12 @@ again after the close) is a recorder's, on the same structs: that is the retry l
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from verl_sglang_lora.releases import SGLANG_RELEASES
+from tests.conftest import release_result, start_per_release, stop_all
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, UPDATE, END = "begin_weight_update", "update_weights_from_tensor", "end_weight_update"
@@ -127,41 +124,16 @@ print(json.dumps(out))
 """
 
 
-def _release_or_fail(version: str) -> Path:
-    path = ROOT / ".cache" / "sglang" / version
-    if not (path / "sglang").is_dir():
-        message = f"SGLang {version} is not prepared (bash scripts/sglang_release.sh {version})"
-        if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":  # the suite's own run prepares every release
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
 @pytest.fixture(scope="module")
 def runs() -> dict:
     """Start one interpreter per release at once: {version: Popen | None (release missing)}."""
-    procs = {}
-    for version in SGLANG_RELEASES:
-        path = ROOT / ".cache" / "sglang" / version
-        if not (path / "sglang").is_dir():
-            procs[version] = None
-            continue
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env["PYTHONPATH"] = str(path)
-        procs[version] = subprocess.Popen([sys.executable, "-W", "ignore", "-c", _SCRIPT, str(ROOT)], cwd=ROOT, env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = start_per_release(SGLANG_RELEASES, ["-c", _SCRIPT, str(ROOT)])
     yield procs
-    for proc in procs.values():
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+    stop_all(procs)
 
 
 def _result(runs: dict, version: str) -> dict:
-    _release_or_fail(version)
-    proc = runs[version]
-    stdout, stderr = proc.communicate(timeout=240)
-    assert proc.returncode == 0, stderr[-3000:]
-    return json.loads(stdout.strip().splitlines()[-1])
+    return release_result(runs, version)
 
 
 @pytest.mark.parametrize("version", SGLANG_RELEASES)
