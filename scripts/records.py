@@ -124,13 +124,17 @@ SCALE_KEYS = ("timing_s/step", *(f"timing_s/{p}" for p in SCALE_PARTS), "sglang_
 ROLLOUT_TOKENS_FROM = "response_length/mean x responses / timing_s/gen, per step"
 
 
+def _numbers(xs: list[float | None]) -> list[float]:
+    return [x for x in xs if x is not None and not math.isnan(x)]  # verl logs nan for an all-masked batch
+
+
 def _median(xs: list[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None and not math.isnan(x)]  # verl logs nan for an all-masked batch
+    xs = _numbers(xs)
     return statistics.median(xs) if xs else None
 
 
 def _peak(xs: list[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None]
+    xs = _numbers(xs)
     return max(xs) if xs else None
 
 
@@ -139,8 +143,9 @@ GPU_PEAK_MEASURED = (
     "(scripts/device/mem_sampler.py): the driver's per-process figure -- CUDA context, the allocator's cache and "
     "memory outside PyTorch's allocator included, not PyTorch's allocator peak -- summed per role within a sample, "
     "the largest sample; trainer = verl's Ray workers (ray::WorkerDict), sglang = SGLang's scheduler processes "
-    "(sglang::scheduler: model and KV cache) + its detokenizer + the server actor (ray::SGLangLoRARollout: SGLang's "
-    "HTTP server and tokenizer manager); null where nvidia-smi listed none of the run's pids")
+    "(sglang::scheduler: model and KV cache) + its detokenizer + the server actor (ray::SGLangLoRARollout, or verl's "
+    "ray::SGLangHttpServer without the plugin: SGLang's HTTP server and tokenizer manager); null where nvidia-smi "
+    "listed none of the run's pids")
 
 
 def mem_sampler() -> Any:

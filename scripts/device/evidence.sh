@@ -23,7 +23,7 @@ for step in "$@"; do
             --command "STEPS=${E2E_STEPS:-4} bash examples/run_qwen3_lora_fsdp.sh (triton attention, pytorch sampling, eager)" --out "$RES" ;;
     matrix)
         # an idle gap before each sync, as in a training run (the sync follows the update, not a request): with none,
-        # the sync waits in the scheduler's socket for the decode step its previous request left in flight
+        # the sync can wait in the scheduler's socket for a decode step its previous request left in flight
         args="${MATRIX_ARGS:---shape qwen3-0.6b --shape qwen3-8b --rank 32} --settle-ms ${MATRIX_SETTLE_MS:-50}"
         timeout "${MATRIX_TIMEOUT:-540}" python3 -m verl_sglang_lora.benchmarks $args --iters "${MATRIX_ITERS:-30}" \
             --engine-arg attention_backend=triton --engine-arg sampling_backend=pytorch --engine-arg "${CG_FLAG#--}=8" \

@@ -44,7 +44,8 @@ SERIES = (
 FIELDS = ("t_s", "step", "series", "procs", "rss_mib", "gpu_mib")
 GPU_TOTAL = "gpu_total"
 # the run's two GPU users: verl's trainer (its Ray workers) and SGLang (its scheduler processes, which hold the model
-# and the KV cache, with the detokenizer and the server actor that runs SGLang's HTTP server and tokenizer manager)
+# and the KV cache, with the detokenizer and the server actor -- the plugin's or verl's own -- that runs SGLang's HTTP
+# server and tokenizer manager)
 ROLES = {"trainer": ("trainer",), "sglang": ("sglang_scheduler", "sglang_detokenizer", "server_actor")}
 STEP_RE = re.compile(rb"(?:^|[^/\w])step:(\d+) - ")  # not training/global_step:N
 NOISE_SIGMAS, NOISE_REL, NOISE_FLOOR_MIB = 3.0, 0.01, 16.0

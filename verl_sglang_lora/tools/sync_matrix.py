@@ -158,8 +158,7 @@ def run_rank(bench: EngineBench, rank: int, iters: int, warmup: int, workdir: Pa
 
     from verl_sglang_lora.runtime.resident import LOADER_PATH
     from verl_sglang_lora.runtime.resident.requests import (SLOTS, ResidentRequests, attach_summary, check_results,
-                                                             write_targets)
-    from verl_sglang_lora.runtime.resident.requests import send_loader_request
+                                                             send_loader_request, write_targets)
     from verl_sglang_lora.sglang_contract.update_session import HeldSession
     from verl_sglang_lora.runtime.sync.adapter_push import adapter_request_fields
     from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector

@@ -203,15 +203,15 @@ def _wrap_subclass_inits(cls: Any) -> None:
 
 def _warn_seam(seam: str, problem: str, effect: str) -> None:
     """One loud warning for a verl name the plugin wraps that is not there as expected."""
-    banner = "!" * 100
-    _warn_once("seam:" + seam, f"\n{banner}\nsglang_lora: verl seam {seam} not as expected: {problem}; {effect}."
-               f"\n{banner}")
+    _warn_once("seam:" + seam, f"sglang_lora: verl seam {seam} not as expected: {problem}; {effect}.", loud=True)
 
 
-def _warn_once(key: str, message: str) -> None:
+def _warn_once(key: str, message: str, loud: bool = False) -> None:
+    """``message`` once per ``key``; ``loud``: between banners, for what changes the run's checks."""
     if key not in _warned:
         _warned.add(key)
-        logger.warning(message)
+        banner = "!" * 100
+        logger.warning(f"\n{banner}\n{message}\n{banner}" if loud else message)
 
 
 def served_effect_metrics(batch: Any, config: Any, plugin_servers: bool) -> dict[str, float]:
@@ -236,8 +236,7 @@ def served_effect_metrics(batch: Any, config: Any, plugin_servers: bool) -> dict
         return {}
     missing = se.missing_keys(batch.batch.keys())
     if missing:
-        banner = "!" * 100
-        _warn_once("served_effect_missing:" + ",".join(missing), f"\n{banner}\n{se.missing_message(missing)}\n{banner}")
+        _warn_once("served_effect_missing:" + ",".join(missing), se.missing_message(missing), loud=True)
         return {}
     if _check.judge is None:
         _check.judge = se.ServedEffectCheck(settings.served_effect_min_snr, settings.served_effect_noise_floor)
