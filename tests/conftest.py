@@ -47,11 +47,8 @@ def sglang_or_skip(module: str = "sglang.srt.managers.io_struct"):
         pytest.skip(f"SGLang not importable here: {type(exc).__name__}: {exc}")
 
 
-LOCKS = Path(__file__).resolve().parents[1] / "scripts" / "offline_bundle"
-
-
-
 ROOT = Path(__file__).resolve().parents[1]
+LOCKS = ROOT / "scripts" / "offline_bundle"
 
 
 def sglang_release_dir(version: str) -> Path:
@@ -96,6 +93,7 @@ def stop_all(procs: dict) -> None:
         if proc is not None and proc.poll() is None:
             proc.kill()
 
+
 def load_script(path: Path, name: str):
     """A script (not a package module: constraints/generate.py, constraints/check_resolve.py, ...) loaded by path."""
     spec = importlib.util.spec_from_file_location(name, path)
@@ -116,7 +114,7 @@ def megatron_bridge_release_or_skip() -> Path:
     import os
 
     version = lock_pin("requirements-megatron.lock", "megatron-bridge")
-    path = LOCKS.parents[1] / ".cache" / "megatron_bridge" / version
+    path = ROOT / ".cache" / "megatron_bridge" / version
     if not (path / "megatron" / "core").is_dir() or not (path / "megatron" / "bridge").is_dir():
         if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":  # scripts/run_cpu_tests.sh builds it
             pytest.fail(f"{path} lacks megatron/core or megatron/bridge: "

@@ -13,14 +13,12 @@
 from __future__ import annotations
 
 import ast
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import sglang_release_dir
 from tests.server_probe import run_probe_script
-
-ROOT = Path(__file__).resolve().parents[1]
 
 _SCRIPT = r"""
 import json, sys, time
@@ -102,12 +100,7 @@ def _function_source(root: Path, name: str) -> str:
 
 @pytest.mark.parametrize("version", ["0.5.8", "0.5.12", "0.5.18", "0.5.23"])
 def test_sglangs_update_lock_drains_running_requests(version) -> None:
-    root = ROOT / ".cache" / "sglang" / version
-    if not root.is_dir():
-        message = f"SGLang {version} is not prepared (bash scripts/sglang_release.sh {version})"
-        if os.environ.get("VERL_SGLANG_LORA_REQUIRE_SGLANG") == "1":  # the suite's own run prepares every release
-            pytest.fail(message)
-        pytest.skip(message)
+    root = sglang_release_dir(version)
     generate = _function_source(root, "_handle_batch_request") + _function_source(root, "generate_request")
     update = _function_source(root, "update_weights_from_tensor")
     assert "model_update_lock.reader_lock" in generate, "generate requests no longer hold the update lock"
