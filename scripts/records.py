@@ -292,6 +292,19 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
                     f"{cells[lv][key] / cells[lv]['steps']:.4f} / {cells[lv]['inconclusive'] / cells[lv]['steps']:.2f}"
                     for lv in levels) + " |")
             out.append("")
+    for r in records.get("lora_throughput", []):
+        f = r["figures"]
+        out += [f"## LoRA serving throughput -- {_where(r)}", "", f"`{r['command']}`", "",
+                f"{f.get('shape')} (random weights). Decode tokens/s at a fixed length ({f.get('batch')} prompts x {f.get('gen_len')} new tokens, "
+                "ignore_eos, CUDA graphs on), one engine per LoRA backend the installed SGLang declares: the base "
+                f"model with no adapter, then a random rank-{f.get('rank')} adapter on every linear module. "
+                f"Goal: adapter/base >= {f.get('goal_adapter_over_base')}.", "",
+                "| backend | base tok/s | adapter tok/s | adapter/base | adapter changes log-probs | error |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {row['backend']} | {_fmt(row.get('base_tok_s'))} | {_fmt(row.get('adapter_tok_s'))} | "
+                f"{_fmt(row.get('adapter_over_base'))} | {_fmt(row.get('adapter_changes_logprobs'))} | "
+                f"{(row.get('error') or '').replace('|', '/')} |" for row in f.get("rows", [])]
+        out += ["", f"Fastest correct backend: {f.get('fastest') or 'none'}.", ""]
     scale = [r for r in records.get("scale", []) if r["figures"]["steps"]]
     if scale:
         out += ["## One-GPU scale runs", "",

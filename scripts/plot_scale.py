@@ -1,0 +1,57 @@
+"""docs/scale_parts.png from docs/results/scale.json: the median step time split into its parts (generate, old
+log-probs, reference, actor update, weight/adapter sync), one bar per shape x trainer x arm, the newest record of each.
+
+    python scripts/plot_scale.py [--out docs/scale_parts.png]      # needs matplotlib
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from records import RESULTS, ROOT, SCALE_PARTS, load
+
+
+def newest_runs(records: dict) -> list[dict]:
+    """The newest scale record of each (shape, trainer, arm) that ran at least one step, in first-seen order."""
+    runs: dict[tuple[str, str, str], dict] = {}
+    for r in records.get("scale", []):
+        f = r["figures"]
+        if f["steps"]:
+            runs[(f["shape"], f["trainer"], f["arm"])] = r
+    return list(runs.values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "scale_parts.png")
+    args = ap.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = newest_runs(load(RESULTS))
+    if not runs:
+        raise SystemExit("no scale records in docs/results/scale.json")
+    labels = [f"{r['figures']['shape']}\n{r['figures']['trainer']} {r['figures']['arm']}\n{r.get('gpu') or '-'}"
+              for r in runs]
+    fig, ax = plt.subplots(figsize=(2.2 * len(runs) + 3, 4.5))
+    bottom = [0.0] * len(runs)
+    for part in SCALE_PARTS:
+        heights = [r["figures"]["parts_s"].get(part) or 0.0 for r in runs]
+        ax.bar(labels, heights, bottom=bottom, label=part)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    for i, r in enumerate(runs):  # the step's median, which includes what the parts leave out
+        ax.plot([i - 0.4, i + 0.4], [r["figures"]["step_s_p50"]] * 2, color="black")
+    ax.set(ylabel="seconds per step (median after the first)", title="GRPO step time by part (black: whole step)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
