@@ -175,7 +175,7 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
         logger.exception("verl resident loader: op=%s raised", req.op)
     fields.update({P.SEQ: seq, P.START_WALL_NS: wall0})
     try:  # the message first, unsynced: the status row's copy and sync on the same stream cover both
-        P.write_message(out, message, sync=False)
+        P.write_message(out, message)
         P.write_status(status, fields)
     except Exception:  # noqa: BLE001 - the caller sees a stale seq and says the loader never reported
         logger.exception("verl resident loader: op=%s seq=%s: could not report (%s)", req.op, seq, message)

@@ -12,6 +12,7 @@ import torch
 
 from verl_sglang_lora.runtime.resident import protocol as P
 from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
+from verl_sglang_lora.sglang_contract.lora_request import serialize_payload
 from verl_sglang_lora.sglang_contract.update_session import Call, HeldSession
 
 SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
@@ -98,8 +99,6 @@ class ResidentRequests:
              **fields: Any) -> LoaderCall:
         """One loader op. ``on_reply_channel``: an empty header, answered on the slot's reply channel (nothing is
         zeroed: the seq tells answers apart). ``pair``: the status pair's key for a name that changes every version."""
-        from sglang.srt.utils import MultiprocessingSerializer
-
         self.seq += 1
         if on_reply_channel:
             status, message = self._pair("write", slot)
@@ -114,7 +113,7 @@ class ResidentRequests:
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the sources (and a zeroed status) are visible
         t1 = time.perf_counter()
-        blobs = [MultiprocessingSerializer.serialize(named)]
+        blobs = [serialize_payload(named)]
         t2 = time.perf_counter()
         return LoaderCall(op, slot, blobs, status, message, self.seq,
                           {"sync": (t1 - t0) * 1e3, "serialize": (t2 - t1) * 1e3})
@@ -133,10 +132,8 @@ class ResidentRequests:
 
 def detach_request(slot: str) -> list[bytes]:
     """The loader's ``detach`` of ``slot``, built by the server actor: an empty header, on no CUDA memory."""
-    from sglang.srt.utils import MultiprocessingSerializer
-
     empty = torch.empty(0, dtype=torch.int64)
-    return [MultiprocessingSerializer.serialize(P.request_tensors("detach", empty, slot=slot, seq=0))]
+    return [serialize_payload(P.request_tensors("detach", empty, slot=slot, seq=0))]
 
 
 def write_targets(served: str | None) -> tuple[str, ...]:
