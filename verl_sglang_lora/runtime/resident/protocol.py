@@ -1,6 +1,4 @@
-"""The wire format's codec: a loader request and its answer ride in ``update_weights_from_tensor``'s named tensors
-(the header tensor's name is the request, the tensor itself the status row). Tensor names, status fields and error
-codes: docs/resident_sync.md, section 3 "Wire format"."""
+"""The wire format's codec: tensor names, status fields and error codes (docs/resident_sync.md, section 3)."""
 
 from __future__ import annotations
 

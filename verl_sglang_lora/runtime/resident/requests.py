@@ -1,5 +1,4 @@
-"""Both ends of a loader request outside SGLang: the sync client builds them and checks their answers (a verified
-answer is what lets it ask the server actor to serve the slot), the server actor sends them (docs/resident_sync.md)."""
+"""Loader requests: built and checked by the sync client, sent by the server actor (docs/resident_sync.md, sec. 0)."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
 
 @dataclass
 class ResidentSlots:
-    """The server actor's view of the two slots, created once per SGLang launch by SGLang's own load of the first
-    sync, then attached; every later sync writes the idle one (section 0 of docs/resident_sync.md)."""
+    """The server actor's view of the two slots in one SGLang launch (docs/resident_sync.md, section 0)."""
 
     created: bool = False  # both slots loaded (pinned) in this SGLang launch
     attached: bool = False  # the loader holds the client's flat-buffer views for both slots
@@ -119,8 +117,7 @@ class ResidentRequests:
                           {"sync": (t1 - t0) * 1e3, "serialize": (t2 - t1) * 1e3})
 
     def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor) -> list[LoaderCall]:
-        """Both slots bound to ``adapter`` (views of ``flat``); slot1 written and verified against ``flat``, then
-        compared with slot0, SGLang's own load of the same tensors."""
+        """Both slots bound to ``adapter`` (views of ``flat``); slot1 written, verified, then compared with slot0."""
         return [self.call("attach", SLOTS[0], adapter, flat, version=version, write=0),
                 self.call("attach", SLOTS[1], adapter, flat, version=version, write=1),
                 self.call("compare", SLOTS[1], ref=SLOTS[0])]
