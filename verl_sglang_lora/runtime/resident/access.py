@@ -1,5 +1,4 @@
-"""Reach SGLang's LoRA state from the one thing a custom weight loader is given, the served model (the
-``LoRAManager`` holds it as ``base_model``, the ``ModelRunner`` as ``model`` beside ``lora_manager``); name slots."""
+"""Reach SGLang's LoRA state from the served model, all a custom loader is given (docs/resident_sync.md, section 2)."""
 
 from __future__ import annotations
 
@@ -84,10 +83,6 @@ def buffer_id(manager: Any, uid: str) -> int:
     if slot is None:
         raise ResidentError(E.NOT_RESIDENT, f"adapter {uid} is not resident in the LoRA memory pool")
     return int(slot)
-
-
-def is_pinned(manager: Any, uid: str) -> bool:
-    return bool(getattr(manager.lora_refs.get(uid), "pinned", False))
 
 
 def ensure_resident(manager: Any, uid: str) -> int:

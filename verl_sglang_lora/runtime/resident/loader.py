@@ -12,8 +12,7 @@ from typing import Any, Iterable, Optional
 import torch
 
 from . import protocol as P
-from .access import (ResidentError, buffer_id, ensure_resident, find_lora_manager, is_pinned,
-                     notify_slots_updated, resolve_uid)
+from .access import ResidentError, buffer_id, ensure_resident, find_lora_manager, notify_slots_updated, resolve_uid
 from .execute import compare_slots, differing_pairs, run_copies
 from .mirror import Mirror
 from .plan import CopyPair, bind
@@ -94,7 +93,8 @@ def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
     if not name:
         raise ResidentError(E.BAD_REQUEST, f"op={req.op} needs slot=<lora_name>")
     uid = resolve_uid(manager, name)
-    if not is_pinned(manager, uid) and req.get("allow_unpinned") != "1":
+    pinned = getattr(manager.lora_refs.get(uid), "pinned", False)
+    if not pinned and req.get("allow_unpinned") != "1":
         raise ResidentError(E.NOT_PINNED, f"slot {name!r} is not pinned: SGLang may evict it and reload stale weights")
     return uid, ensure_resident(manager, uid)
 
@@ -175,7 +175,7 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
         logger.exception("verl resident loader: op=%s raised", req.op)
     fields.update({P.SEQ: seq, P.START_WALL_NS: wall0})
     try:  # the message first, unsynced: the status row's copy and sync on the same stream cover both
-        P.write_message(out, message, sync=False)
+        P.write_message(out, message)
         P.write_status(status, fields)
     except Exception:  # noqa: BLE001 - the caller sees a stale seq and says the loader never reported
         logger.exception("verl resident loader: op=%s seq=%s: could not report (%s)", req.op, seq, message)

@@ -1,6 +1,4 @@
-"""Verify an in-place write against the trainer's flat buffer (``runtime/sync/flat_adapter``, zero padding): the slot
-read back through views with each source's geometry rebuilds that buffer, and ``torch.equal`` of the two is the exact
-check. Where the rebuild would not be exact, ``build`` says why and the loader compares pair by pair."""
+"""Verify an in-place write by reading the slot back as the trainer's flat buffer (docs/resident_sync.md, section 2)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Copy plans: where each element of a PEFT adapter lands in one slot of SGLang's LoRA pool. A ``SlotLayout`` is
-symbolic, built once at attach from a trace (rectangles of consecutive ids become one strided copy); ``bind`` turns it
-into (source view, destination view) pairs, a ``None`` source where SGLang writes zeros (e.g. a missing ``k_proj``)."""
+"""Copy plans: where each PEFT adapter element lands in one slot of SGLang's LoRA pool, built once at attach from a
+trace (rectangles of consecutive ids become one strided copy); ``bind`` turns a plan into (source, slot) view pairs."""
 
 from __future__ import annotations
 
@@ -24,10 +23,6 @@ class SourceSpec:
     @property
     def numel(self) -> int:
         return int(np.prod(self.shape))
-
-    @property
-    def row_len(self) -> int:
-        return int(self.shape[-1]) if self.shape else 1
 
 
 @dataclass(frozen=True)
@@ -159,7 +154,7 @@ def blocks_from_trace(trace: np.ndarray, sources: Sequence[SourceSpec], buffer: 
             # rows that repeat or run backwards (e.g. a replicated A): one block per row
             parts_rows = [(i + t, 1) for t in range(n)] if stride < 0 else [(i, n)]
             for j, m in parts_rows:
-                step = stride if m > 1 else spec.row_len
+                step = stride if m > 1 else spec.shape[-1]
                 blocks.append(Block(buffer, module, layer, int(row[s + j]), m, c0, w, spec.name, int(bases[j]), step))
     return sorted(blocks, key=lambda b: (b.layer, b.module, b.buffer, b.row0, b.col0))
 

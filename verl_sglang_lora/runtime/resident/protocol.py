@@ -1,6 +1,4 @@
-"""The wire format's codec: a loader request and its answer ride in ``update_weights_from_tensor``'s named tensors
-(the header tensor's name is the request, the tensor itself the status row). Tensor names, status fields and error
-codes: docs/resident_sync.md, section 3 "Wire format"."""
+"""The wire format's codec: tensor names, status fields and error codes (docs/resident_sync.md, section 3)."""
 
 from __future__ import annotations
 
@@ -171,14 +169,12 @@ def write_status(status: torch.Tensor, values: dict[int, int]) -> None:
         torch.cuda.current_stream(status.device).synchronize()
 
 
-def write_message(message: Optional[torch.Tensor], text: str, sync: bool = True) -> None:
-    """``sync=False``: a ``write_status`` on the same device follows, and its sync covers this copy."""
+def write_message(message: Optional[torch.Tensor], text: str) -> None:
+    """Unsynced: the ``write_status`` that follows on the same stream syncs this copy too."""
     if message is None or message.numel() == 0:
         return
     data = text.encode("utf-8")[: message.numel() - 1] + b"\0"
     message.view(-1)[: len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-    if sync and message.is_cuda:
-        torch.cuda.current_stream(message.device).synchronize()
 
 
 def read_status(status: torch.Tensor) -> dict[str, Any]:

@@ -1,5 +1,4 @@
-"""Both ends of a loader request outside SGLang: the sync client builds them and checks their answers (a verified
-answer is what lets it ask the server actor to serve the slot), the server actor sends them (docs/resident_sync.md)."""
+"""Loader requests: built and checked by the sync client, sent by the server actor (docs/resident_sync.md, sec. 0)."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ import torch
 
 from verl_sglang_lora.runtime.resident import protocol as P
 from verl_sglang_lora.sglang_contract.installed import io_struct, struct_fields
+from verl_sglang_lora.sglang_contract.lora_request import serialize_payload
 from verl_sglang_lora.sglang_contract.update_session import Call, HeldSession
 
 SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
@@ -19,8 +19,7 @@ SLOTS = ("verl_lora_slot0", "verl_lora_slot1")
 
 @dataclass
 class ResidentSlots:
-    """The server actor's view of the two slots, created once per SGLang launch by SGLang's own load of the first
-    sync, then attached; every later sync writes the idle one (section 0 of docs/resident_sync.md)."""
+    """The server actor's view of the two slots in one SGLang launch (docs/resident_sync.md, section 0)."""
 
     created: bool = False  # both slots loaded (pinned) in this SGLang launch
     attached: bool = False  # the loader holds the client's flat-buffer views for both slots
@@ -98,8 +97,6 @@ class ResidentRequests:
              **fields: Any) -> LoaderCall:
         """One loader op. ``on_reply_channel``: an empty header, answered on the slot's reply channel (nothing is
         zeroed: the seq tells answers apart). ``pair``: the status pair's key for a name that changes every version."""
-        from sglang.srt.utils import MultiprocessingSerializer
-
         self.seq += 1
         if on_reply_channel:
             status, message = self._pair("write", slot)
@@ -114,14 +111,13 @@ class ResidentRequests:
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the sources (and a zeroed status) are visible
         t1 = time.perf_counter()
-        blobs = [MultiprocessingSerializer.serialize(named)]
+        blobs = [serialize_payload(named)]
         t2 = time.perf_counter()
         return LoaderCall(op, slot, blobs, status, message, self.seq,
                           {"sync": (t1 - t0) * 1e3, "serialize": (t2 - t1) * 1e3})
 
     def attach(self, adapter: dict[str, torch.Tensor], version: int, flat: torch.Tensor) -> list[LoaderCall]:
-        """Both slots bound to ``adapter`` (views of ``flat``); slot1 written and verified against ``flat``, then
-        compared with slot0, SGLang's own load of the same tensors."""
+        """Both slots bound to ``adapter`` (views of ``flat``); slot1 written, verified, then compared with slot0."""
         return [self.call("attach", SLOTS[0], adapter, flat, version=version, write=0),
                 self.call("attach", SLOTS[1], adapter, flat, version=version, write=1),
                 self.call("compare", SLOTS[1], ref=SLOTS[0])]
@@ -133,10 +129,8 @@ class ResidentRequests:
 
 def detach_request(slot: str) -> list[bytes]:
     """The loader's ``detach`` of ``slot``, built by the server actor: an empty header, on no CUDA memory."""
-    from sglang.srt.utils import MultiprocessingSerializer
-
     empty = torch.empty(0, dtype=torch.int64)
-    return [MultiprocessingSerializer.serialize(P.request_tensors("detach", empty, slot=slot, seq=0))]
+    return [serialize_payload(P.request_tensors("detach", empty, slot=slot, seq=0))]
 
 
 def write_targets(served: str | None) -> tuple[str, ...]:

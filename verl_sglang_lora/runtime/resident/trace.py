@@ -1,6 +1,4 @@
-"""Trace SGLang's own adapter load, element by element: every source element carries a unique int64 id through
-SGLang's normalization, TP slicing and pool load into one-slot probe buffers, so what a probe holds afterwards is
-where that release puts each adapter element (docs/resident_sync.md, section 2)."""
+"""Trace SGLang's own adapter load element by element, through unique int64 ids (docs/resident_sync.md, section 2)."""
 
 from __future__ import annotations
 
