@@ -3,7 +3,13 @@ peft and transformers alone (no verl, no SGLang), on the offline assets, with th
 8 prompts x n=8 samples per step, 32 response tokens, LoRA rank 32 / alpha 32 on all linear layers, AdamW with
 weight decay 0.01, gradient clip 1.0, group-normalized advantages, token-mean loss, one update per step.
 
-    python scripts/offline_task_probe.py --seeds 1 2 --steps 25 --lr 2e-4 [--record]
+    python scripts/offline_task_probe.py --seeds 1 2 --steps 25 --lr 2e-4 [--serve merged-bf16] [--record]
+
+``--serve`` picks the policy the samples come from: ``adapter`` (the default) samples from the trained model itself,
+base weights plus the LoRA product, as an adapter-serving engine does; ``merged-bf16`` samples from the base weights
+with the LoRA product merged in and rounded to bfloat16, as verl's ``lora.merge=True`` sends them (verl casts every
+merged weight to bfloat16). The base checkpoint is bfloat16, so a merged delta below half a bfloat16 step of the
+weight rounds back to the base weight. Gradients always come from the trained model.
 
 Prints the mean reward per step per seed; ``--record`` appends a record to docs/results/offline_task.json.
 It shows the task, not the plugin: the reward curves of runs through the plugin are docs/learning.md.
@@ -12,6 +18,7 @@ It shows the task, not the plugin: the reward curves of runs through the plugin 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -23,8 +30,30 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
+@contextlib.contextmanager
+def merged_bf16(model: torch.nn.Module):
+    """The peft model serving base + LoRA merged and rounded to bfloat16 (adapters off), restored on exit."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    saved = []
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, LoraLinear):
+                w = m.base_layer.weight
+                delta = m.lora_B["default"].weight @ m.lora_A["default"].weight * m.scaling["default"]
+                saved.append((w, w.detach().clone()))
+                w.copy_((w + delta).to(torch.bfloat16).to(w.dtype))
+    try:
+        with model.disable_adapter():
+            yield
+    finally:
+        with torch.no_grad():
+            for w, original in saved:
+                w.copy_(original)
+
+
 def grpo_curve(assets: Path, seed: int, steps: int, lr: float, batch: int = 8, n: int = 8,
-               response_tokens: int = 32) -> list[float]:
+               response_tokens: int = 32, serve: str = "adapter") -> list[float]:
     """Mean reward of each step's samples (before that step's update)."""
     import random
 
@@ -46,7 +75,7 @@ def grpo_curve(assets: Path, seed: int, steps: int, lr: float, batch: int = 8, n
         prompts = [tok.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True)
                    for r in rng.sample(rows, batch) for _ in range(n)]
         enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left")
-        with torch.no_grad():
+        with torch.no_grad(), (merged_bf16(model) if serve == "merged-bf16" else contextlib.nullcontext()):
             out = model.generate(**enc, max_new_tokens=response_tokens, do_sample=True, temperature=1.0, top_k=0,
                                  top_p=1.0, pad_token_id=tok.pad_token_id)
         resp = out[:, enc.input_ids.shape[1]:]
@@ -64,7 +93,7 @@ def grpo_curve(assets: Path, seed: int, steps: int, lr: float, batch: int = 8, n
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        print(f"seed {seed} step {len(curve)}: reward {curve[-1]}", flush=True)
+        print(f"{serve} seed {seed} step {len(curve)}: reward {curve[-1]}", flush=True)
     return curve
 
 
@@ -73,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=25)
     ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--serve", choices=("adapter", "merged-bf16"), default="adapter")
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args(argv)
     from verl_sglang_lora.tools.offline_assets import write_offline_assets
@@ -80,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         write_offline_assets(tmp)
-        curves = {seed: grpo_curve(Path(tmp), seed, args.steps, args.lr) for seed in args.seeds}
+        curves = {seed: grpo_curve(Path(tmp), seed, args.steps, args.lr, serve=args.serve) for seed in args.seeds}
     print("| seed | step 1 | first step >= 0.8 | last |\n|---|---|---|---|")
     for seed, c in curves.items():
         first = next((i + 1 for i, r in enumerate(c) if r >= 0.8), None)
@@ -89,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         import records
 
         command = f"python scripts/offline_task_probe.py --seeds {' '.join(map(str, args.seeds))} " \
-                  f"--steps {args.steps} --lr {args.lr:g}"
-        figures = {"lr": args.lr, "steps": args.steps, "rewards": {str(s): c for s, c in curves.items()}}
+                  f"--steps {args.steps} --lr {args.lr:g} --serve {args.serve}"
+        figures = {"lr": args.lr, "steps": args.steps, "serve": args.serve,
+                   "rewards": {str(s): c for s, c in curves.items()}}
         print(records.append(records.make_record("offline_task", command, figures)))
     return 0
 

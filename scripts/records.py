@@ -364,12 +364,18 @@ def render_learning(records: dict[str, list[dict[str, Any]]]) -> str:
            "starts near 0.02; a LoRA adapter can raise all ten digit logits at once.", ""]
     for r in records.get("offline_task", []):
         f = r["figures"]
-        out += [f"## The task without the plugin -- {_where(r)}", "",
+        serve = f.get("serve", "adapter")
+        out += [f"## The task without the plugin, samples from the {serve} policy -- {_where(r)}", "",
                 f"`{r['command']}`: GRPO with peft and transformers on CPU, the examples' tiny-default batch, n, "
-                "response length, LoRA rank and optimizer.", "",
-                "| seed | reward step 1 | first step >= 0.8 | last reward |", "|---|---|---|---|"]
-        out += [f"| {seed} | {_fmt(c[0])} | {_fmt(_first_at_least(c))} | {_fmt(c[-1])} |"
-                for seed, c in f["rewards"].items()]
+                "response length, LoRA rank and optimizer. "
+                + ("Samples from the trained model (base + LoRA product)." if serve == "adapter" else
+                   "Samples from base + LoRA product merged and rounded to bfloat16, as verl's `lora.merge=True` "
+                   "sends them; gradients from the trained model.")
+                + " Seeds pair with the other serving modes' runs (same prompts and sampling generator).", "",
+                "| seed | reward step 1 | first step >= 0.8 | mean reward over the steps | last reward |",
+                "|---|---|---|---|---|"]
+        out += [f"| {seed} | {_fmt(c[0])} | {_fmt(_first_at_least(c))} | {_fmt(round(sum(c) / len(c), 4))} | "
+                f"{_fmt(c[-1])} |" for seed, c in f["rewards"].items()]
         out.append("")
     out += ["## Through the plugin", "",
             "Arms: **adapter** serves the LoRA adapter (`rollout.name=sglang_lora`), **merge** pushes merged weights "
