@@ -316,7 +316,8 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
                 "every second; CUDA context and allocator cache included) of the trainer's processes and of SGLang's, "
                 "'-' where nvidia-smi listed none of the run's pids; allocated GiB is verl's figure for the trainer, "
                 "the torch allocator's peak. Host GiB is the host's used memory; rollout tok/s is "
-                "response_length/mean x responses / timing_s/gen.", "",
+                "response_length/mean x responses / timing_s/gen. Plot: `python scripts/plot_scale.py` writes "
+                "docs/scale_parts.png.", "", "![step time by part per scale run](scale_parts.png)", "",
                 "| where | shape | trainer | arm | LoRA backend | steps | step s | gen s | old_log_prob s | ref s "
                 "| update_actor s | update_weights s | sync ms | trainer GPU GiB | SGLang GPU GiB | trainer allocated "
                 "GiB | host GiB | rollout tok/s | length clip ratio |",
@@ -353,6 +354,10 @@ def learning_runs(records: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, s
     return groups
 
 
+def _mean(xs: list[float]) -> float:
+    return round(sum(xs) / len(xs), 4)
+
+
 def _first_at_least(curve: list[float | None], level: float = 0.8) -> int | None:
     return next((i + 1 for i, x in enumerate(curve) if x is not None and x >= level), None)
 
@@ -385,26 +390,39 @@ def render_learning(records: dict[str, list[dict[str, Any]]]) -> str:
     groups = learning_runs(records)
     if not groups:
         return "\n".join(out + ["No run through the plugin is recorded yet."]) + "\n"
-    out += ["| commit | trainer | arm | seed | GPU | steps | reward step 1 | first step >= 0.8 | last reward | "
-            "served-effect fails | served vs trained mean abs dp | tracebacks |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out += ["| commit | trainer | arm | seed | GPU | steps | reward step 1 | first step >= 0.8 | mean reward over the "
+            "steps | last reward | served-effect fails | served vs trained mean abs dp | tracebacks |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (commit, trainer, arm), runs in groups.items():
         for r in runs:
             f = r["figures"]
             rw = f["rewards"]
             fails = sum(1 for v in f.get("served_effect_verdict") or [] if v is not None and v < 0)
             out.append(f"| `{commit}` | {trainer} | {arm} | {f['seed']} | {r.get('gpu') or '-'} | {f['steps']} | "
-                       f"{_fmt(rw[0])} | {_fmt(_first_at_least(rw))} | {_fmt(rw[-1])} | {fails} | "
+                       f"{_fmt(rw[0])} | {_fmt(_first_at_least(rw))} | {_fmt(_mean(rw))} | {_fmt(rw[-1])} | {fails} | "
                        f"{_fmt(_median(f.get('served_vs_trained_dp') or []))} | {f['tracebacks']} |")
     out += ["", "Served vs trained: verl's `training/rollout_probs_diff_mean` (mean |p_rollout - p_trainer| over the "
             "batch's tokens), median over the run's steps: how closely the served policy follows the trained one.",
             "", "Band: per step, [min - 2s, max + 2s] of the merge arm's seeds, s the seed-to-seed standard deviation "
-            "pooled over steps. An adapter curve inside it at every step learns as the merged-weight path does.", ""]
+            "pooled over steps. An adapter curve inside it at every step learns as the merged-weight path does. "
+            "The band is as wide as the seeds' spread: it catches an adapter arm that does not learn or learns much "
+            "slower, not one a step or two behind (its widest step is given below); the per-step checks are the "
+            "served-effect verdict and the served-vs-trained gap. The merge arm serves bf16(W + LoRA delta) (verl "
+            "casts merged weights to bfloat16), which drops a delta under half a bfloat16 step of its weight; the "
+            "CPU runs above measure that effect alone.", ""]
     for (commit, trainer, arm), runs in groups.items():
         merge = groups.get((commit, trainer, "merge"))
         if arm != "adapter" or not merge:
             continue
         lo, hi = band([m["figures"]["rewards"] for m in merge])
+        widest = max(range(len(lo)), key=lambda t: hi[t] - lo[t])
+        means = {a: [_mean(x["figures"]["rewards"]) for x in group]
+                 for a, group in (("adapter", runs), ("merge", merge))}
+        out.append(f"- `{commit}` {trainer}: mean reward over the steps, adapter "
+                   + ", ".join(_fmt(m) for m in means["adapter"]) + " (seeds' mean "
+                   + _fmt(_mean(means["adapter"])) + "); merge " + ", ".join(_fmt(m) for m in means["merge"])
+                   + " (" + _fmt(_mean(means["merge"])) + f"). Merge band widest at step {widest + 1}: "
+                   f"[{_fmt(round(lo[widest], 3))}, {_fmt(round(hi[widest], 3))}].")
         for r in runs:
             rw = r["figures"]["rewards"][:len(lo)]
             above = [i + 1 for i, x in enumerate(rw) if x > hi[i]]
