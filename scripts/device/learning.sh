@@ -37,7 +37,11 @@ for arm in "${arms[@]}"; do
             actor_rollout_ref.rollout.seed="$seed" actor_rollout_ref.rollout.gpu_memory_utilization="$MEM" \
             actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1 > "$(log_of "$arm" "$seed")" 2>&1 &
         pids+=($!)
-        sleep "${STAGGER_S:-10}"  # staggered starts: each Ray instance and SGLang server picks its ports while the last settles
+        # staggered starts: each Ray instance and SGLang server picks its ports while the last settles, and SGLang
+        # sizes its KV pool from the free memory it measures before and after its weight load, so a second server
+        # allocating in between makes it miscount ("Not enough memory" at launch: seen with two Megatron runs 5 s
+        # apart, whose trainers take longer and less evenly to start)
+        sleep "${STAGGER_S:-$([ "$TRAINER" = megatron ] && echo 60 || echo 10)}"
     done
 done
 for p in "${pids[@]}"; do wait "$p"; done
