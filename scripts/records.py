@@ -94,6 +94,17 @@ def tracebacks(log: str) -> int:
     return log.count("Traceback (most recent call last)")
 
 
+ERROR_LINE = re.compile(r"^(?:\S+ )?(?:\x1b\[[0-9;]*m)?(?:\(\S+ pid=\d+\)(?:\x1b\[[0-9;]*m)? +)?"
+                        r"((?:[\w.]+)(?:Error|Exception): .*)$", re.M)
+
+
+def first_error(log: str) -> str | None:
+    """The first ``SomethingError: message`` line of a log (Ray's actor prefix removed): the cause, where later
+    errors are its consequences (an actor that died of it)."""
+    m = ERROR_LINE.search(log)
+    return m.group(1).strip()[:300] if m else None
+
+
 def e2e_figures(log: str) -> dict[str, Any]:
     """Per-step series of the plugin's and verl's figures from a verl console log."""
     n, series = step_series(log, E2E_KEYS)
@@ -114,7 +125,7 @@ def learning_figures(log: str, arm: str, trainer: str, seed: int) -> dict[str, A
     n, series = step_series(log, tuple(LEARNING_KEYS.values()))
     return {"arm": arm, "trainer": trainer, "seed": seed, "steps": n,
             **{name: series[key] for name, key in LEARNING_KEYS.items()},
-            "tracebacks": tracebacks(log)}
+            "tracebacks": tracebacks(log), "first_error": first_error(log)}
 
 
 SCALE_PARTS = ("gen", "old_log_prob", "ref", "update_actor", "update_weights")
@@ -401,6 +412,12 @@ def render_learning(records: dict[str, list[dict[str, Any]]]) -> str:
             out.append(f"| `{commit}` | {trainer} | {arm} | {f['seed']} | {r.get('gpu') or '-'} | {f['steps']} | "
                        f"{_fmt(rw[0])} | {_fmt(_first_at_least(rw))} | {_fmt(_mean(rw))} | {_fmt(rw[-1])} | {fails} | "
                        f"{_fmt(_median(f.get('served_vs_trained_dp') or []))} | {f['tracebacks']} |")
+    stopped = [r for r in records.get("learning", []) if not r["figures"]["steps"]]
+    if stopped:
+        out += ["", "Runs that stopped before their first step: " + "; ".join(
+            f"`{r['commit']}` {r['figures']['trainer']} {r['figures']['arm']} seed {r['figures']['seed']} "
+            f"({r['figures']['tracebacks']} tracebacks; first error: "
+            f"`{r['figures'].get('first_error') or 'none found'}`)" for r in stopped) + "."]
     out += ["", "Served vs trained: verl's `training/rollout_probs_diff_mean` (mean |p_rollout - p_trainer| over the "
             "batch's tokens), median over the run's steps: how closely the served policy follows the trained one.",
             "", "Band: per step, [min - 2s, max + 2s] of the merge arm's seeds, s the seed-to-seed standard deviation "

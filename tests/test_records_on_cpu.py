@@ -88,3 +88,17 @@ def test_a_scale_run_with_memory_samples_becomes_a_record_with_the_scale_schema(
             "host_rss_gib", "rollout_tokens_per_s", "base_tokens_per_s"} <= set(f)
     assert f["peak_gpu_gib"] == {"trainer": 30.0, "sglang": 40.0} and f["trainer_allocated_peak_gib"] == 21.5
     assert "driver" in f["peak_gpu_gib_measured"] and f["shape"] == "qwen3-30b-a3b-8l"
+
+
+def test_first_error_is_the_cause_not_the_actor_that_died_of_it() -> None:
+    # the shape of a Ray-prefixed verl log in which SGLang's launch failed inside the rollout actor
+    log = ("\x1b[36m(TaskRunnerV1 pid=22393)\x1b[0m WARNING: flashinfer.comm is not available\n"
+           "\x1b[36m(SGLangLoRARollout pid=25199)\x1b[0m Traceback (most recent call last):\n"
+           "\x1b[36m(SGLangLoRARollout pid=25199)\x1b[0m     raise RuntimeError(msg)\n"
+           "\x1b[36m(SGLangLoRARollout pid=25199)\x1b[0m RuntimeError: Not enough memory. Please try to increase "
+           "--mem-fraction-static.\n"
+           "Traceback (most recent call last):\n"
+           "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n")
+    assert records.first_error(log) == ("RuntimeError: Not enough memory. Please try to increase "
+                                        "--mem-fraction-static.")
+    assert records.first_error("step:1 - critic/score/mean:0.02\nUserWarning: something\n") is None
