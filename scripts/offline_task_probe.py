@@ -36,14 +36,14 @@ def merged_bf16(model: torch.nn.Module):
     from peft.tuners.lora import Linear as LoraLinear
 
     saved = []
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, LoraLinear):
-                w = m.base_layer.weight
-                delta = m.lora_B["default"].weight @ m.lora_A["default"].weight * m.scaling["default"]
-                saved.append((w, w.detach().clone()))
-                w.copy_((w + delta).to(torch.bfloat16).to(w.dtype))
     try:
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, LoraLinear):
+                    w = m.base_layer.weight
+                    delta = m.lora_B["default"].weight @ m.lora_A["default"].weight * m.scaling["default"]
+                    saved.append((w, w.detach().clone()))
+                    w.copy_((w + delta).to(torch.bfloat16).to(w.dtype))
         with model.disable_adapter():
             yield
     finally:

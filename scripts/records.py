@@ -94,15 +94,19 @@ def tracebacks(log: str) -> int:
     return log.count("Traceback (most recent call last)")
 
 
-ERROR_LINE = re.compile(r"^(?:\S+ )?(?:\x1b\[[0-9;]*m)?(?:\(\S+ pid=\d+\)(?:\x1b\[[0-9;]*m)? +)?"
-                        r"((?:[\w.]+)(?:Error|Exception): .*)$", re.M)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+RAY_PREFIX = re.compile(r"^(?:\(\S+ pid=\d+(?:, ip=[^)]*)?\)\s*)?(?:\[rank\d+\]:\s*)?")
+ERROR_LINE = re.compile(r"^((?:[\w.]+)(?:Error|Exception)(?::.*)?)$")
 
 
 def first_error(log: str) -> str | None:
     """The first ``SomethingError: message`` line of a log (Ray's actor prefix removed): the cause, where later
     errors are its consequences (an actor that died of it)."""
-    m = ERROR_LINE.search(log)
-    return m.group(1).strip()[:300] if m else None
+    for line in ANSI.sub("", log).splitlines():
+        m = ERROR_LINE.match(RAY_PREFIX.sub("", line.strip()))
+        if m:
+            return m.group(1).strip()[:300]
+    return None
 
 
 def e2e_figures(log: str) -> dict[str, Any]:
@@ -309,13 +313,14 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
                 f"{f.get('shape')} (random weights). Decode tokens/s at a fixed length ({f.get('batch')} prompts x {f.get('gen_len')} new tokens, "
                 "ignore_eos, CUDA graphs on), one engine per LoRA backend the installed SGLang declares: the base "
                 f"model with no adapter, then a random rank-{f.get('rank')} adapter on every linear module. "
-                f"Goal: adapter/base >= {f.get('goal_adapter_over_base')}.", "",
+                f"Goal: adapter/base >= {f.get('goal_adapter_over_base')}. The fastest backend is named among those "
+                "without an error whose adapter changed the served log-probs.", "",
                 "| backend | base tok/s | adapter tok/s | adapter/base | adapter changes log-probs | error |",
                 "|---|---|---|---|---|---|"]
         out += [f"| {row['backend']} | {_fmt(row.get('base_tok_s'))} | {_fmt(row.get('adapter_tok_s'))} | "
                 f"{_fmt(row.get('adapter_over_base'))} | {_fmt(row.get('adapter_changes_logprobs'))} | "
                 f"{(row.get('error') or '').replace('|', '/')} |" for row in f.get("rows", [])]
-        out += ["", f"Fastest correct backend: {f.get('fastest') or 'none'}.", ""]
+        out += ["", f"Fastest backend: {f.get('fastest') or 'none'}.", ""]
     scale = [r for r in records.get("scale", []) if r["figures"]["steps"]]
     if scale:
         out += ["## One-GPU scale runs", "",
@@ -365,8 +370,9 @@ def learning_runs(records: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, s
     return groups
 
 
-def _mean(xs: list[float]) -> float:
-    return round(sum(xs) / len(xs), 4)
+def _mean(xs: list[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return round(sum(vals) / len(vals), 4) if vals else None
 
 
 def _first_at_least(curve: list[float | None], level: float = 0.8) -> int | None:

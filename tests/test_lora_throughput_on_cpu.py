@@ -59,6 +59,8 @@ def test_rows_fastest_table_json() -> None:
     assert rows[1]["meets_goal"] is True
     assert lt.fastest(rows) == "csgmv"
     assert lt.fastest(rows[2:]) is None
+    ignored = lt.make_row("csgmv", 64, 256, [1.0], [1.0], False)  # as fast as base: the adapter was not applied
+    assert lt.fastest([rows[0], ignored]) == "triton"
     table = lt.format_table(rows)
     lines = table.splitlines()
     assert lines[0].startswith("| backend | base tok/s | adapter tok/s | adapter/base")

@@ -102,3 +102,7 @@ def test_first_error_is_the_cause_not_the_actor_that_died_of_it() -> None:
     assert records.first_error(log) == ("RuntimeError: Not enough memory. Please try to increase "
                                         "--mem-fraction-static.")
     assert records.first_error("step:1 - critic/score/mean:0.02\nUserWarning: something\n") is None
+    assert records.first_error("WARNING: ImportError: no flash-attn, falling back\n") is None  # not a failure
+    assert records.first_error("(WorkerDict pid=7, ip=10.0.0.2) [rank0]: torch.OutOfMemoryError: CUDA out of "
+                               "memory\n") == "torch.OutOfMemoryError: CUDA out of memory"
+    assert records.first_error("(TaskRunner pid=3) AssertionError\n") == "AssertionError"

@@ -15,7 +15,8 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-480}
 LOGS=${LEARN_LOGS:-/tmp/learn_logs}; ASSETS_ROOT=${LEARN_ASSETS:-/tmp/assets}  # run logs; one assets folder per run
 if [ "$TRAINER" = megatron ]; then source scripts/device/megatron_env.sh || exit 1; fi
 read -ra arms <<< "$ARMS"; read -ra seeds <<< "$SEEDS"
-MEM=$(python3 -c "print(round(0.8 / ${#arms[@]} / ${#seeds[@]}, 3))")  # each SGLang's share of the GPU
+# each SGLang's mem fraction; SGLang applies it to the free memory it finds at launch, so later starts get less
+MEM=$(python3 -c "print(round(0.8 / ${#arms[@]} / ${#seeds[@]}, 3))")
 mkdir -p "$LOGDIR/results" "$LOGS"
 export RAY_AUTH_MODE=disabled  # concurrent Ray instances would race to write one shared token file
 arm_args() {

@@ -80,8 +80,10 @@ def make_row(backend: str, batch: int, gen_len: int, base_s: list[float] | None,
 
 
 def fastest(rows: list[dict[str, Any]]) -> str | None:
-    """The backend with the highest adapter/base ratio among error-free rows (ties: higher adapter tokens/s)."""
-    ok = [r for r in rows if not r.get("error") and r.get("adapter_over_base") is not None]
+    """The backend with the highest adapter/base ratio among error-free rows whose adapter changed the served
+    log-probs (a backend that ignores the adapter is fast and wrong; ties: higher adapter tokens/s)."""
+    ok = [r for r in rows if not r.get("error") and r.get("adapter_over_base") is not None
+          and r.get("adapter_changes_logprobs") is True]
     if not ok:
         return None
     return max(ok, key=lambda r: (r["adapter_over_base"], r["adapter_tok_s"]))["backend"]
