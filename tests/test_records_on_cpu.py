@@ -106,3 +106,16 @@ def test_first_error_is_the_cause_not_the_actor_that_died_of_it() -> None:
     assert records.first_error("(WorkerDict pid=7, ip=10.0.0.2) [rank0]: torch.OutOfMemoryError: CUDA out of "
                                "memory\n") == "torch.OutOfMemoryError: CUDA out of memory"
     assert records.first_error("(TaskRunner pid=3) AssertionError\n") == "AssertionError"
+
+
+def test_throughput_records_render_the_tools_own_table() -> None:
+    from verl_sglang_lora.tools import lora_throughput as lt
+
+    rows = [lt.make_row("triton", 64, 256, [1.0], [1.25], True),
+            lt.make_row("csgmv", 64, 256, [1.0], [1.0], False)]  # as fast as base: the adapter was not applied
+    record = {"kind": "lora_throughput", "date": "2026-12-07", "commit": "c0", "gpu": "GPU", "versions": {},
+              "command": "python -m verl_sglang_lora.tools.lora_throughput",
+              "figures": lt.report(rows, {"shape": "qwen3-8b", "rank": 32, "batch": 64, "gen_len": 256})}
+    text = records.render_benchmarks({"lora_throughput": [record]})
+    assert lt.format_table(rows) in text
+    assert "fastest: triton" in text  # the backend that ignored the adapter is not named
