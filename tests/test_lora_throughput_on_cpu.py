@@ -77,3 +77,17 @@ def test_help_exits_zero() -> None:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "--backend" in out.stdout and "--gen-len" in out.stdout
+
+
+def test_engine_args_are_server_args_fields() -> None:
+    """``--engine-arg`` pairs reach ``sglang.Engine`` as keywords its ServerArgs declares (a GPU without FA3 needs
+    ``attention_backend=triton``)."""
+    from sglang.srt.server_args import ServerArgs
+
+    from verl_sglang_lora.benchmarks import engine_args
+
+    args = lt.parse_args(["--engine-arg", "attention_backend=triton", "--engine-arg", "sampling_backend=pytorch"])
+    kwargs = engine_args(args.engine_arg, cuda_graph=True)
+    fields = {f.name for f in dataclasses.fields(ServerArgs)}
+    assert kwargs == {"disable_cuda_graph": False, "attention_backend": "triton", "sampling_backend": "pytorch"}
+    assert set(kwargs) <= fields

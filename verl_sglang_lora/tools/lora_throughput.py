@@ -138,6 +138,7 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
     from verl_sglang_lora.runtime.lora_plan import lora_plan
     from verl_sglang_lora.sglang_contract.errors import request_outcome
     from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+    from verl_sglang_lora.benchmarks import engine_args
     from verl_sglang_lora.tools.sync_matrix import logprobs
 
     base_s: list[float] = []
@@ -148,7 +149,8 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
         plan = lora_plan({"lora_rank": args.rank, "target_modules": "all-linear", "lora": {}})
         launch = lora_launch_args(plan, max_lora_rank=args.rank)
         engine = sglang.Engine(model_path=str(model_dir), mem_fraction_static=args.mem, skip_tokenizer_init=True,
-                               skip_server_warmup=True, log_level="warning", lora_backend=backend, **launch)
+                               skip_server_warmup=True, log_level="warning", lora_backend=backend, **launch,
+                               **engine_args(args.engine_arg, cuda_graph=True))
         ok, message = request_outcome(engine.load_lora_adapter("bench", str(adapter_dir)))
         if not ok:
             raise RuntimeError(f"load_lora_adapter: {message}")
@@ -201,6 +203,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gen-len", type=int, default=256)
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--mem", type=float, default=0.8, help="mem_fraction_static")
+    p.add_argument("--engine-arg", action="append", default=[],
+                   help="key=value for sglang.Engine (repeatable), e.g. attention_backend=triton")
     p.add_argument("--json", type=Path, default=None)
     return p.parse_args(argv)
 
