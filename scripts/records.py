@@ -275,6 +275,10 @@ def render_validation(records: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _modules_text(modules: str) -> str:
+    return "every linear module" if modules == "all-linear" else modules.replace(",", ", ")
+
+
 def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
     from verl_sglang_lora.tools.lora_throughput import format_table  # the tool's own table of its rows
 
@@ -316,7 +320,8 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
         out += [f"## LoRA serving throughput -- {_where(r)}", "", f"`{r['command']}`", "",
                 f"{f.get('shape')} (random weights). Decode tokens/s at a fixed length ({f.get('batch')} prompts x {f.get('gen_len')} new tokens, "
                 "ignore_eos, CUDA graphs on), one engine per LoRA backend the installed SGLang declares: the base "
-                f"model with no adapter, then a random rank-{f.get('rank')} adapter on every linear module. "
+                f"model with no adapter, then a random rank-{f.get('rank')} adapter on "
+                f"{_modules_text(f.get('target_modules', 'all-linear'))}. "
                 f"Goal: adapter/base >= {f.get('goal_adapter_over_base')}. The fastest backend is named among those "
                 "without an error whose adapter changed the served log-probs.", "",
                 format_table(f.get("rows", [])), ""]

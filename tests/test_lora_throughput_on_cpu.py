@@ -91,3 +91,31 @@ def test_engine_args_are_server_args_fields() -> None:
     fields = {f.name for f in dataclasses.fields(ServerArgs)}
     assert kwargs == {"disable_cuda_graph": False, "attention_backend": "triton", "sampling_backend": "pytorch"}
     assert set(kwargs) <= fields
+
+
+def test_attention_only_adapter_is_what_sglang_reads(tmp_path) -> None:
+    """``--target-modules q_proj,k_proj,v_proj,o_proj`` writes only those projections, and SGLang's own LoRA config
+    reader sees exactly them (the launch args name them too)."""
+    import transformers
+    from safetensors import safe_open
+    from sglang.srt.lora.lora_config import LoRAConfig
+
+    from verl_sglang_lora.runtime.lora_plan import lora_plan
+    from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+
+    model = tmp_path / "model"
+    transformers.Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=16, vocab_size=128).save_pretrained(model)
+    modules = lt.target_modules("q_proj,k_proj,v_proj,o_proj")
+    out = lt.write_adapter(model, 8, tmp_path / "adapter", modules)
+    with safe_open(str(out / "adapter_model.safetensors"), "pt") as f:
+        names = list(f.keys())
+    assert len(names) == 2 * 2 * 4  # layers x (A, B) x projections
+    assert {n.split(".")[-3] for n in names} == set(modules)
+    assert set(LoRAConfig(str(out)).target_modules) == set(modules)
+    launch = lora_launch_args(lora_plan({"lora_rank": 8, "target_modules": modules, "lora": {}}))
+    assert set(launch["lora_target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    full = lt.write_adapter(model, 8, tmp_path / "full")
+    with safe_open(str(full / "adapter_model.safetensors"), "pt") as f:
+        assert {n.split(".")[-3] for n in f.keys()} == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                         "up_proj", "down_proj"}

@@ -116,14 +116,21 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "goal_adapter_over_base": GOAL_RATIO, "rows": rows, "fastest": fastest(rows)}
 
 
-def write_adapter(model_dir: Path, rank: int, out: Path) -> Path:
-    """A random non-zero PEFT adapter (safetensors + adapter_config.json) with the shape's module names."""
+def target_modules(arg: str) -> str | list[str]:
+    """``all-linear`` or a comma-separated list of projection names (``q_proj,k_proj,v_proj,o_proj``)."""
+    return arg if arg == "all-linear" else [m.strip() for m in arg.split(",") if m.strip()]
+
+
+def write_adapter(model_dir: Path, rank: int, out: Path, modules: str | list[str] = "all-linear") -> Path:
+    """A random non-zero PEFT adapter (safetensors + adapter_config.json) on ``modules`` of the shape."""
     from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config
     from verl_sglang_lora.tools.benchmarks import random_adapter, save_peft_adapter
 
     out.mkdir(parents=True, exist_ok=True)
-    config = normalize_peft_config({"r": rank, "lora_alpha": 2 * rank, "target_modules": "all-linear"})
-    return save_peft_adapter(random_adapter(model_dir, rank, seed=1), config, out)
+    config = normalize_peft_config({"r": rank, "lora_alpha": 2 * rank, "target_modules": modules})
+    tensors = [(name, t) for name, t in random_adapter(model_dir, rank, seed=1)
+               if modules == "all-linear" or name.split(".")[-3] in modules]
+    return save_peft_adapter(tensors, config, out)
 
 
 def error_text(exc: BaseException) -> str:
@@ -146,7 +153,7 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
     changes: bool | None = None
     engine = None
     try:
-        plan = lora_plan({"lora_rank": args.rank, "target_modules": "all-linear", "lora": {}})
+        plan = lora_plan({"lora_rank": args.rank, "target_modules": target_modules(args.target_modules), "lora": {}})
         launch = lora_launch_args(plan, max_lora_rank=args.rank)
         engine = sglang.Engine(model_path=str(model_dir), mem_fraction_static=args.mem, skip_tokenizer_init=True,
                                skip_server_warmup=True, log_level="warning", lora_backend=backend, **launch,
@@ -198,6 +205,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shape", choices=DENSE_SHAPES, default="qwen3-8b")
     p.add_argument("--rank", type=int, default=32)
     p.add_argument("--backend", action="append", help="restrict to these backends (repeatable)")
+    p.add_argument("--target-modules", default="all-linear",
+                   help="all-linear, or projections, e.g. q_proj,k_proj,v_proj,o_proj (attention only)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=256)
@@ -220,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="lora_tput_"))
     try:
         model_dir = write_checkpoint(args.shape, root / "model", live=True)
-        adapter_dir = write_adapter(model_dir, args.rank, root / "adapter")
+        adapter_dir = write_adapter(model_dir, args.rank, root / "adapter", target_modules(args.target_modules))
         rows = []
         for backend in backends:
             rows.append(measure_backend(backend, model_dir, adapter_dir, args))
@@ -229,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     print(format_table(rows))
     if args.json:
-        meta = {"shape": args.shape, "rank": args.rank, "batch": args.batch, "prompt_len": args.prompt_len,
+        meta = {"shape": args.shape, "rank": args.rank, "target_modules": args.target_modules, "batch": args.batch, "prompt_len": args.prompt_len,
                 "gen_len": args.gen_len, "iters": args.iters, "declared_backends": declared,
                 "default_backend": default}
         args.json.write_text(json.dumps(report(rows, meta), indent=2))
