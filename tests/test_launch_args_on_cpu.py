@@ -172,3 +172,26 @@ def test_benchmark_server_leaves_the_grpc_variable_to_the_user(monkeypatch):
     proc = sglang_launcher.SGLangProcess("m", {"enable_lora": True}, mem_fraction=0.5)
     assert seen["env"] is None and "SGLANG_GRPC_PORT" not in os.environ  # inherits the caller's env untouched
     assert seen["cmd"][seen["cmd"].index("--port") + 1] == str(proc.port) and proc.port + 10000 <= 65535
+
+
+@pytest.mark.parametrize("backend", [None, "triton"])
+def test_gpu_test_server_takes_the_lora_backend_from_the_environment(monkeypatch, backend):
+    """``SGLANG_LORA_BACKEND`` runs tests/gpu under one LoRA backend; the flag parses with SGLang's own CLI and names
+    one of the backends it declares."""
+    import argparse
+    import subprocess
+
+    from verl_sglang_lora.tools import sglang_launcher
+
+    seen = {}
+    monkeypatch.setattr(subprocess, "Popen", lambda cmd, env=None: seen.update(cmd=cmd))
+    if backend:
+        monkeypatch.setenv("SGLANG_LORA_BACKEND", backend)
+    else:
+        monkeypatch.delenv("SGLANG_LORA_BACKEND", raising=False)
+    sglang_launcher.SGLangProcess("m", lora_launch_args(lora_plan({"lora_rank": 8, "target_modules": "all-linear",
+                                                                   "lora": {}})), mem_fraction=0.5)
+    parser = argparse.ArgumentParser()
+    _server_args_cls().add_cli_args(parser)
+    ns = parser.parse_args(seen["cmd"][3:])  # after "python -m sglang.launch_server"
+    assert ns.lora_backend == (backend or parser.get_default("lora_backend"))

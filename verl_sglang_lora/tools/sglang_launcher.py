@@ -42,6 +42,8 @@ class SGLangProcess:
             "--mem-fraction-static", str(mem_fraction), "--disable-cuda-graph", "--skip-server-warmup",
             "--log-level", "warning", *extra,
         ]
+        if os.environ.get("SGLANG_LORA_BACKEND"):  # SGLang's default otherwise (tests/gpu under each backend)
+            self.cmd += ["--lora-backend", os.environ["SGLANG_LORA_BACKEND"]]
         self.proc = subprocess.Popen(self.cmd)
 
     def wait(self, timeout: float = 600) -> None:
