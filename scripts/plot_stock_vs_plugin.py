@@ -9,20 +9,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from records import RESULTS, ROOT, load
+from records import RESULTS, ROOT, load, newest_runs
 
+KEY = ("trainer", "path")  # one line per trainer x path: its newest run
 PANELS = (("sglang_gpu_gib", "SGLang GPU memory (GiB, nvidia-smi, step peak)"),
           ("sync_ms", "sync phase (ms, verl timing_s/update_weights)"))
-
-
-def newest_runs(records: dict) -> list[dict]:
-    """The newest stock_vs_plugin record of each (trainer, path) that ran at least one step, in first-seen order."""
-    runs: dict[tuple[str, str], dict] = {}
-    for r in records.get("stock_vs_plugin", []):
-        f = r["figures"]
-        if f["steps"]:
-            runs[(f["trainer"], f["path"])] = r
-    return list(runs.values())
 
 
 def points(values: list[float | None]) -> tuple[list[int], list[float]]:
@@ -40,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = newest_runs(load(RESULTS))
+    runs = newest_runs(load(RESULTS), "stock_vs_plugin", KEY)
     if not runs:
         raise SystemExit("no stock_vs_plugin records in docs/results/stock_vs_plugin.json")
     fig, axes = plt.subplots(1, len(PANELS), figsize=(13, 4.5))

@@ -7,7 +7,8 @@ A record is one run: ``{"kind", "date", "commit", "gpu", "versions": {verl, sgla
     python scripts/records.py json KIND FILE --command "..." [--out DIR]   # a benchmark's JSON output -> a record
     python scripts/records.py learning LOG --arm A --trainer T --seed S --command "..."  # a learning-curve run
     python scripts/records.py scale LOG --shape S --arm A --responses N [--mem-samples CSV] --command "..."  # a scale run
-    python scripts/records.py stock_vs_plugin LOG --path stock|plugin --trainer T [--mem-samples CSV] [--lora-samples CSV] --command "..."
+    python scripts/records.py stock_vs_plugin LOG --path stock|plugin --trainer T [--mem-samples CSV] \
+        [--lora-samples CSV] --command "..."                          # one run of stock_vs_plugin.sh
     python scripts/records.py render                          # docs/validation.md, docs/benchmarks.md, docs/learning.md
     python scripts/records.py check                                         # exit 1 when the docs are not current
 
@@ -267,7 +268,8 @@ def stock_vs_plugin_figures(log: str, path: str, trainer: str, mem_samples: Path
     sampler = mem_sampler()
     rows = sampler.read_samples(mem_samples) if mem_samples is not None and mem_samples.exists() else []
     gpu = sampler.role_by_step(rows, "gpu_mib")
-    rss = sampler.role_by_step(rows, "rss_mib", {"all": tuple(name for _, name in sampler.SERIES)})["all"]
+    every_series = tuple(dict.fromkeys(name for _, name in sampler.SERIES))  # two titles share server_actor
+    rss = sampler.role_by_step(rows, "rss_mib", {"all": every_series})["all"]
     lora = device_script("lora_sampler")
     held = lora.per_step(lora.read_samples(lora_samples)) if lora_samples is not None and lora_samples.exists() else {}
     stock = path == "stock"
@@ -303,6 +305,16 @@ def append(record: dict[str, Any], out_dir: Path = RESULTS) -> Path:
 # ---- rendering ----------------------------------------------------------------------------------------------------
 def load(results: Path = RESULTS) -> dict[str, list[dict[str, Any]]]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
+
+
+def newest_runs(records: dict[str, list[dict[str, Any]]], kind: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The newest record of ``kind`` per value of its ``key`` figures, of those that ran at least one step, in
+    first-seen order (what a plot shows of repeated runs)."""
+    runs: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in records.get(kind, []):
+        if r["figures"]["steps"]:
+            runs[tuple(r["figures"][k] for k in key)] = r
+    return list(runs.values())
 
 
 def _fmt(x: Any) -> str:
@@ -456,7 +468,8 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
             tags = f.get("version_tags")
             if tags:
                 lo, hi = _ends(tags.get("sync_version"))
-                tag_cell = f"sync version {_fmt(lo)} -> {_fmt(hi)}, staleness max {_fmt(_peak(tags.get('staleness_max') or []))}"
+                stale = _peak(tags.get("staleness_max") or [])
+                tag_cell = f"sync version {_fmt(lo)} -> {_fmt(hi)}, staleness max {_fmt(stale)}"
             else:
                 tag_cell = "none (stock)"
             fails = sum(1 for v in f.get("served_effect_verdict") or [] if v is not None and v < 0)

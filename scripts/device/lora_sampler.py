@@ -27,7 +27,6 @@ nowhere at verl's default log level. The sampler takes the listening TCP sockets
 
 from __future__ import annotations
 
-import argparse
 import csv
 import http.client
 import json
@@ -40,7 +39,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mem_sampler import StepCounter, pid_alive, process_titles, series_of  # a sibling script  # noqa: E402
+from mem_sampler import (StepCounter, pid_alive, process_titles, read_samples,  # a sibling script  # noqa: E402
+                         sample_parser, series_of)
 
 FIELDS = ("t_s", "step", "adapters", "names")
 SERVER_SERIES = "server_actor"  # mem_sampler.py's name for both server actors' titles
@@ -139,11 +139,6 @@ def sample(log: Path, out: Path, interval: float, until_pid: int | None) -> int:
     return 0
 
 
-def read_samples(csv_path: Path) -> list[dict[str, str]]:
-    with csv_path.open() as f:
-        return list(csv.DictReader(f))
-
-
 def per_step(rows: list[dict[str, str]]) -> dict[int, dict[str, object]]:
     """step -> the most adapters registered at any sample of that step and every name seen in it; steps without
     an answered sample are left out."""
@@ -158,14 +153,7 @@ def per_step(rows: list[dict[str, str]]) -> dict[int, dict[str, object]]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("sample")
-    s.add_argument("--log", type=Path, required=True)
-    s.add_argument("--csv", type=Path, required=True)
-    s.add_argument("--interval", type=float, default=2.0)
-    s.add_argument("--until-pid", type=int, default=None)
-    args = parser.parse_args(argv)
+    args = sample_parser(__doc__)[0].parse_args(argv)
     return sample(args.log, args.csv, args.interval, args.until_pid)
 
 

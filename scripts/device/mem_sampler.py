@@ -356,14 +356,21 @@ def report(csv_path: Path, warmup: int, window: int, png: Path | None, log: Path
     return 1 if growing else 0
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def sample_parser(doc: str) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The ``sample`` command line this sampler and lora_sampler.py share (a run's log, the CSV, the interval, the
+    run's pid), and the subcommands to add others to."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("sample")
     s.add_argument("--log", type=Path, required=True)
     s.add_argument("--csv", type=Path, required=True)
     s.add_argument("--interval", type=float, default=2.0)
     s.add_argument("--until-pid", type=int, default=None)
+    return parser, sub
+
+
+def main(argv: list[str]) -> int:
+    parser, sub = sample_parser(__doc__)
     r = sub.add_parser("report")
     r.add_argument("--csv", type=Path, required=True)
     r.add_argument("--warmup", type=int, default=5)
