@@ -18,7 +18,9 @@ the running batch (``managers/scheduler_components/metrics_reporter.py:1066``), 
 its Prometheus option. SGLang's load/unload log lines are at INFO, and verl launches SGLang with
 ``log_level=error``.
 
-Where the server is: verl runs SGLang's HTTP server (uvicorn, port 0 = any free port) inside its server actor, whose
+Where the server is: verl runs SGLang's HTTP server (SGLang's own ``app``, served by uvicorn on port 0 = any free
+port: verl 0.9.1 ``workers/rollout/sglang_rollout/async_sglang_server.py:477``, ``workers/rollout/utils.py:69``;
+the plugin's server actor launches it through the same code) inside its server actor, whose
 process Ray titles ``ray::SGLangHttpServer`` (verl) or ``ray::SGLangLoRARollout`` (the plugin); the port is printed
 nowhere at verl's default log level. The sampler takes the listening TCP sockets of that process (its
 ``/proc/PID/fd`` socket inodes matched in ``/proc/PID/net/tcp``/``tcp6``) and keeps the one that answers
