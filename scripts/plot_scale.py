@@ -9,17 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from records import RESULTS, ROOT, SCALE_PARTS, load
-
-
-def newest_runs(records: dict) -> list[dict]:
-    """The newest scale record of each (shape, trainer, arm) that ran at least one step, in first-seen order."""
-    runs: dict[tuple[str, str, str], dict] = {}
-    for r in records.get("scale", []):
-        f = r["figures"]
-        if f["steps"]:
-            runs[(f["shape"], f["trainer"], f["arm"])] = r
-    return list(runs.values())
+from records import RESULTS, ROOT, SCALE_PARTS, load, newest_runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = newest_runs(load(RESULTS))
+    runs = newest_runs(load(RESULTS), "scale", ("shape", "trainer", "arm"))
     if not runs:
         raise SystemExit("no scale records in docs/results/scale.json")
     labels = [f"{r['figures']['shape']}\n{r['figures']['trainer']} {r['figures']['arm']}\n{r.get('gpu') or '-'}"

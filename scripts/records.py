@@ -7,6 +7,8 @@ A record is one run: ``{"kind", "date", "commit", "gpu", "versions": {verl, sgla
     python scripts/records.py json KIND FILE --command "..." [--out DIR]   # a benchmark's JSON output -> a record
     python scripts/records.py learning LOG --arm A --trainer T --seed S --command "..."  # a learning-curve run
     python scripts/records.py scale LOG --shape S --arm A --responses N [--mem-samples CSV] --command "..."  # a scale run
+    python scripts/records.py stock_vs_plugin LOG --path stock|plugin --trainer T [--mem-samples CSV] \
+        [--lora-samples CSV] --command "..."                          # one run of stock_vs_plugin.sh
     python scripts/records.py render                          # docs/validation.md, docs/benchmarks.md, docs/learning.md
     python scripts/records.py check                                         # exit 1 when the docs are not current
 
@@ -165,13 +167,18 @@ GPU_PEAK_MEASURED = (
     "listed none of the run's pids")
 
 
+def device_script(name: str) -> Any:
+    """A script of scripts/device/ as a module (the device scripts are not a package)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "device" / f"{name}.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up there
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
 def mem_sampler() -> Any:
-    """scripts/device/mem_sampler.py as a module (a script beside the device scripts, not a package)."""
-    if "mem_sampler" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("mem_sampler", ROOT / "scripts" / "device" / "mem_sampler.py")
-        sys.modules["mem_sampler"] = importlib.util.module_from_spec(spec)  # dataclasses look their module up there
-        spec.loader.exec_module(sys.modules["mem_sampler"])
-    return sys.modules["mem_sampler"]
+    """scripts/device/mem_sampler.py as a module."""
+    return device_script("mem_sampler")
 
 
 def gpu_peak_figures(samples: Path | None) -> dict[str, Any]:
@@ -222,6 +229,70 @@ def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
             "base_tokens_per_s": None, "tracebacks": tracebacks(log)}
 
 
+STOCK_VS_PLUGIN_KEYS = {"rewards": "critic/score/mean", "step_s": "timing_s/step",
+                        "update_weights_s": "timing_s/update_weights", "plugin_sync_ms": "sglang_lora/sync_total_ms",
+                        "served_effect_verdict": "sglang_lora/served_effect_verdict"}
+# the plugin's version figures per step (runtime/sync/metrics.py); verl's stock path keeps none
+VERSION_TAG_KEYS = {"sync_version": "sglang_lora/sync_version", "served_version_min": "sglang_lora/served_version_min",
+                    "served_version_max": "sglang_lora/served_version_max",
+                    "staleness_max": "sglang_lora/staleness_max",
+                    "base_policy_samples": "sglang_lora/base_policy_samples"}
+STOCK_NO_TAGS = (
+    "verl's rollout.name=sglang tags no sample with the adapter version that served it and keeps no served-effect "
+    "check: it unloads its adapter and loads the new tensors under one fixed name each step, so neither its log nor "
+    "/v1/models can tell which version served a sample or whether the load changed what SGLang serves; what it can "
+    "show is the step's reward, its sync time (timing_s/update_weights) and that one adapter stays registered")
+SYNC_MS_FROM = ("verl's timing_s/update_weights x 1000: the trainer's whole weight sync phase "
+                "(checkpoint_manager.update_weights), timed by verl alike on both paths; plugin_sync_ms is the "
+                "plugin's own client-to-activation figure (sglang_lora/sync_total_ms)")
+LORA_SLOTS_FROM = (
+    "adapters in SGLang's LoRA registry per step: the most /v1/models cards with a parent model at any sample in "
+    "the step (scripts/device/lora_sampler.py, every 2 s), i.e. adapters loaded and not unloaded; SGLang's pool "
+    "slots (LoRAMemoryPool.uid_to_buffer_id) have no route: on SGLang 0.5.18 they hold at most these adapters plus "
+    "the base model's slot, on 0.5.12 unloaded uids stay in the pool unseen; null at a step no sample answered")
+
+
+def _gib_by_step(by_step: dict[int, float], n: int) -> list[float | None]:
+    """verl steps 1..n of a per-step MiB series as GiB (None where no sample fell in the step)."""
+    return [None if by_step.get(i) is None else round(by_step[i] / 1024, 3) for i in range(1, n + 1)]
+
+
+def stock_vs_plugin_figures(log: str, path: str, trainer: str, mem_samples: Path | None = None,
+                            lora_samples: Path | None = None) -> dict[str, Any]:
+    """One run of the stock-vs-plugin comparison, every figure a per-step list (steps 1..n): verl's step time,
+    reward and sync phase, the plugin's own sync time, served-effect verdict and version tags (None on the stock
+    path, ``version_tags_absent`` says why), SGLang's GPU memory and the processes' host RSS from mem_sampler.py's
+    samples (each step's peak), and the adapters SGLang holds from lora_sampler.py's."""
+    n, s = step_series(log, (*STOCK_VS_PLUGIN_KEYS.values(), *VERSION_TAG_KEYS.values()))
+    series = {name: s[key] for name, key in STOCK_VS_PLUGIN_KEYS.items()}
+    sampler = mem_sampler()
+    rows = sampler.read_samples(mem_samples) if mem_samples is not None and mem_samples.exists() else []
+    gpu = sampler.role_by_step(rows, "gpu_mib")
+    every_series = tuple(dict.fromkeys(name for _, name in sampler.SERIES))  # two titles share server_actor
+    rss = sampler.role_by_step(rows, "rss_mib", {"all": every_series})["all"]
+    lora = device_script("lora_sampler")
+    held = lora.per_step(lora.read_samples(lora_samples)) if lora_samples is not None and lora_samples.exists() else {}
+    stock = path == "stock"
+    return {"path": path, "trainer": trainer, "steps": n, "step_s": series["step_s"],
+            "sync_ms": [None if x is None else round(x * 1000, 3) for x in series["update_weights_s"]],
+            "sync_ms_from": SYNC_MS_FROM,
+            "plugin_sync_ms": None if stock else series["plugin_sync_ms"],
+            "sglang_gpu_gib": _gib_by_step(gpu["sglang"], n), "trainer_gpu_gib": _gib_by_step(gpu["trainer"], n),
+            "gpu_measured": GPU_PEAK_MEASURED + "; per step: the largest sample within the step",
+            "lora_slots_used": [held[i]["adapters"] if i in held else None for i in range(1, n + 1)],
+            "lora_adapter_names": [held[i]["names"] if i in held else None for i in range(1, n + 1)],
+            "lora_slots_from": LORA_SLOTS_FROM,
+            "host_rss_gib": _gib_by_step(rss, n),
+            "host_rss_from": "the summed RSS of the run's Ray and SGLang processes (mem_sampler.py's series), the "
+                             "largest sample within the step",
+            "rewards": series["rewards"],
+            "served_effect_verdict": None if stock else series["served_effect_verdict"],
+            "version_tags": None if stock else {name: s[key] for name, key in VERSION_TAG_KEYS.items()},
+            "version_tags_absent": STOCK_NO_TAGS if stock else None,
+            "gpu_samples": len({r["t_s"] for r in rows}), "tracebacks": tracebacks(log),
+            "first_error": first_error(log)}
+
+
 def append(record: dict[str, Any], out_dir: Path = RESULTS) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{record['kind']}.json"
@@ -234,6 +305,16 @@ def append(record: dict[str, Any], out_dir: Path = RESULTS) -> Path:
 # ---- rendering ----------------------------------------------------------------------------------------------------
 def load(results: Path = RESULTS) -> dict[str, list[dict[str, Any]]]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
+
+
+def newest_runs(records: dict[str, list[dict[str, Any]]], kind: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The newest record of ``kind`` per value of its ``key`` figures, of those that ran at least one step, in
+    first-seen order (what a plot shows of repeated runs)."""
+    runs: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in records.get(kind, []):
+        if r["figures"]["steps"]:
+            runs[tuple(r["figures"][k] for k in key)] = r
+    return list(runs.values())
 
 
 def _fmt(x: Any) -> str:
@@ -352,7 +433,66 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
                        f"{_fmt(f.get('trainer_allocated_peak_gib'))} | {_fmt(f['host_rss_gib'])} | "
                        f"{_fmt(f['rollout_tokens_per_s'])} | {_fmt(f.get('response_clip_ratio_min'))} |")
         out.append("")
+    out += render_stock_vs_plugin(records.get("stock_vs_plugin", []))
     return "\n".join(out).rstrip() + "\n"
+
+
+def _ends(xs: list[Any] | None) -> tuple[Any, Any]:
+    """The first and last values of a per-step list that are not None."""
+    vals = [x for x in xs or [] if x is not None]
+    return (vals[0], vals[-1]) if vals else (None, None)
+
+
+def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
+    """The stock-vs-plugin section of docs/benchmarks.md: what each column counts, one row per run that stepped,
+    and the runs that stopped before their first step with their first error."""
+    out = ["## verl's stock LoRA path vs the plugin", "",
+           "`bash scripts/device/stock_vs_plugin.sh` (TRAINER=fsdp or megatron): the same GRPO example on the offline "
+           "task, same seed and LoRA rank 32, once with verl's `rollout.name=sglang` (**stock**: each step it unloads "
+           "the adapter and loads the new tensors into SGLang under one name) and once with "
+           "`rollout.name=sglang_lora` (**plugin**), one after the other, each alone on the GPU. Plot: `python "
+           "scripts/plot_stock_vs_plugin.py` writes docs/stock_vs_plugin.png. Per step in "
+           "docs/results/stock_vs_plugin.json; here medians over the steps and first/last values.", "",
+           f"- sync ms: {SYNC_MS_FROM}.",
+           f"- SGLang GPU GiB: {GPU_PEAK_MEASURED}; per step, the largest sample within the step.",
+           f"- LoRA adapters held: {LORA_SLOTS_FROM}.",
+           "- host RSS GiB: the summed RSS of the run's Ray and SGLang processes, the largest sample within the step.",
+           f"- version tags: the plugin's `sglang_lora/sync_version` and served version range per step; stock: "
+           f"{STOCK_NO_TAGS}.", ""]
+    ran = [r for r in runs if r["figures"]["steps"]]
+    if not ran:
+        out.append("No run is recorded yet.")
+    else:
+        out += ["| where | path | trainer | steps | step s p50 | sync ms p50 | plugin sync ms p50 | SGLang GPU GiB "
+                "first / last / peak | LoRA adapters held first / last / max | host RSS GiB first / last | mean "
+                "reward | first step >= 0.8 | served-effect fails | version tags first -> last | tracebacks |",
+                "|---" * 15 + "|"]
+        for r in ran:
+            f = r["figures"]
+            gpu, held, rss = f["sglang_gpu_gib"], f["lora_slots_used"], f["host_rss_gib"]
+            tags = f.get("version_tags")
+            if tags:
+                lo, hi = _ends(tags.get("sync_version"))
+                stale = _peak(tags.get("staleness_max") or [])
+                tag_cell = f"sync version {_fmt(lo)} -> {_fmt(hi)}, staleness max {_fmt(stale)}"
+            else:
+                tag_cell = "none (stock)"
+            fails = sum(1 for v in f.get("served_effect_verdict") or [] if v is not None and v < 0)
+            out.append(
+                f"| {_where(r)} | {f['path']} | {f['trainer']} | {f['steps']} | {_fmt(_median(f['step_s']))} | "
+                f"{_fmt(_median(f['sync_ms']))} | {_fmt(_median(f.get('plugin_sync_ms') or []))} | "
+                + " / ".join(_fmt(x) for x in (*_ends(gpu), _peak(gpu))) + " | "
+                + " / ".join(_fmt(x) for x in (*_ends(held), _peak(held))) + " | "
+                + " / ".join(_fmt(x) for x in _ends(rss))
+                + f" | {_fmt(_mean(f['rewards']))} | {_fmt(_first_at_least(f['rewards']))} | "
+                f"{'-' if f.get('served_effect_verdict') is None else fails} | {tag_cell} | {f['tracebacks']} |")
+        out += ["", "![SGLang GPU memory and sync ms per step, both paths](stock_vs_plugin.png)"]
+    stopped = [r for r in runs if not r["figures"]["steps"]]
+    if stopped:
+        out += ["", "Runs that stopped before their first step: " + "; ".join(
+            f"`{r['commit']}` {r['figures']['trainer']} {r['figures']['path']} ({r['figures']['tracebacks']} "
+            f"tracebacks; first error: `{r['figures'].get('first_error') or 'none found'}`)" for r in stopped) + "."]
+    return out + [""]
 
 
 def band(curves: list[list[float]]) -> tuple[list[float], list[float]]:
@@ -492,10 +632,16 @@ def main(argv: list[str] | None = None) -> int:
     scale.add_argument("--lora-backend", default="")
     scale.add_argument("--mem-samples", type=Path, default=None,
                        help="scripts/device/mem_sampler.py's CSV of the run: the GPU peaks per role")
+    svp = sub.add_parser("stock_vs_plugin")
+    svp.add_argument("log", type=Path)
+    svp.add_argument("--path", required=True, choices=("stock", "plugin"))
+    svp.add_argument("--trainer", required=True, choices=("fsdp", "megatron"))
+    svp.add_argument("--mem-samples", type=Path, default=None, help="mem_sampler.py's CSV of the run")
+    svp.add_argument("--lora-samples", type=Path, default=None, help="lora_sampler.py's CSV of the run")
     text = sub.add_parser("text")
     text.add_argument("kind")
     text.add_argument("summary")
-    for p in (e2e, js, learn, scale, text):
+    for p in (e2e, js, learn, scale, svp, text):
         p.add_argument("--command", required=True)
         p.add_argument("--out", type=Path, default=RESULTS)
     merge = sub.add_parser("merge", help="append the records of DIR/*.json (a GPU host's $OUT/results) here")
@@ -516,6 +662,10 @@ def main(argv: list[str] | None = None) -> int:
         figures = scale_figures(args.log.read_text(errors="replace"), args.shape, args.arm, args.trainer,
                                 args.responses, args.lora_backend, args.mem_samples)
         print(append(make_record("scale", args.command, figures), args.out))
+    elif args.cmd == "stock_vs_plugin":
+        figures = stock_vs_plugin_figures(args.log.read_text(errors="replace"), args.path, args.trainer,
+                                          args.mem_samples, args.lora_samples)
+        print(append(make_record("stock_vs_plugin", args.command, figures), args.out))
     elif args.cmd == "text":
         print(append(make_record(args.kind, args.command, {"summary": args.summary}), args.out))
     elif args.cmd == "merge":

@@ -188,14 +188,34 @@ def read_samples(csv_path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def _by_sample(rows: list[dict[str, str]], column: str) -> dict[str, tuple[int, dict[str, float]]]:
+    """sample time -> (its step, series -> value of ``column``), empty cells left out."""
+    out: dict[str, tuple[int, dict[str, float]]] = {}
+    for row in rows:
+        if row.get(column) not in (None, ""):
+            out.setdefault(row["t_s"], (int(row["step"]), {}))[1][row["series"]] = float(row[column])
+    return out
+
+
+def role_by_step(rows: list[dict[str, str]], column: str,
+                 roles: dict[str, tuple[str, ...]] = ROLES) -> dict[str, dict[int, float]]:
+    """role -> step -> the largest sum of the role's series within one sample of that step (``column``: gpu_mib or
+    rss_mib): a role's memory is its processes' together at one moment, and a step's figure its peak, as
+    ``per_step`` takes for one series."""
+    out: dict[str, dict[int, float]] = {role: {} for role in roles}
+    for step, values in _by_sample(rows, column).values():
+        for role, names in roles.items():
+            if any(n in values for n in names):
+                total = sum(values[n] for n in names if n in values)
+                out[role][step] = max(out[role].get(step, total), total)
+    return out
+
+
 def gpu_peaks(rows: list[dict[str, str]]) -> dict[str, object]:
     """The largest GPU memory (MiB, nvidia-smi's per-process figure) over a run's samples: per role (its series
     summed within each sample), per series, and the whole GPU's. A role or series is None where no sample has a GPU
     figure for it (nvidia-smi listed none of the run's pids, or the run never started it)."""
-    by_sample: dict[str, dict[str, float]] = {}
-    for row in rows:
-        if row.get("gpu_mib") not in (None, ""):
-            by_sample.setdefault(row["t_s"], {})[row["series"]] = float(row["gpu_mib"])
+    by_sample = {t: values for t, (_, values) in _by_sample(rows, "gpu_mib").items()}
 
     def peak(names: tuple[str, ...]) -> float | None:
         sums = [sum(s[n] for n in names if n in s) for s in by_sample.values() if any(n in s for n in names)]
@@ -336,14 +356,21 @@ def report(csv_path: Path, warmup: int, window: int, png: Path | None, log: Path
     return 1 if growing else 0
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def sample_parser(doc: str) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The ``sample`` command line this sampler and lora_sampler.py share (a run's log, the CSV, the interval, the
+    run's pid), and the subcommands to add others to."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("sample")
     s.add_argument("--log", type=Path, required=True)
     s.add_argument("--csv", type=Path, required=True)
     s.add_argument("--interval", type=float, default=2.0)
     s.add_argument("--until-pid", type=int, default=None)
+    return parser, sub
+
+
+def main(argv: list[str]) -> int:
+    parser, sub = sample_parser(__doc__)
     r = sub.add_parser("report")
     r.add_argument("--csv", type=Path, required=True)
     r.add_argument("--warmup", type=int, default=5)
