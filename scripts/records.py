@@ -459,10 +459,10 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
            "- host RSS GiB: the summed RSS of the run's Ray and SGLang processes, the largest sample within the step.",
            f"- version tags: the plugin's `sglang_lora/sync_version` and served version range per step; stock: "
            f"{STOCK_NO_TAGS}.", ""]
+    if not runs:
+        return []
     ran = [r for r in runs if r["figures"]["steps"]]
-    if not ran:
-        out.append("No run is recorded yet.")
-    else:
+    if ran:
         out += ["| where | path | trainer | steps | step s p50 | sync ms p50 | plugin sync ms p50 | SGLang GPU GiB "
                 "first / last / peak | LoRA adapters held first / last / max | host RSS GiB first / last | mean "
                 "reward | first step >= 0.8 | served-effect fails | version tags first -> last | tracebacks |",
