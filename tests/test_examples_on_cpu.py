@@ -26,6 +26,21 @@ elif [ "$2" = "verl_sglang_lora.tools.gpu_env" ]; then echo "$0"  # "the tested 
 elif [ "$2" = "ray.scripts.scripts" ]; then exit 0  # recorded only: a real `ray stop` ends every Ray on the host
 else exec "{py}" "$@"; fi
 """
+
+
+def run_device_script(script: Path, tmp_path: Path, env: dict[str, str], unset: tuple[str, ...]) -> None:
+    """A scripts/device/ runner with the stand-in trainer (``SHIM`` as ``$PYTHON``, its calls in tmp_path/calls.log),
+    ``env`` on top of this process's environment less the ``unset`` keys the caller did not set; it must exit 0."""
+    shim = tmp_path / "python"
+    shim.write_text(SHIM.format(py=sys.executable, log=tmp_path / "calls.log"))
+    shim.chmod(0o755)
+    full = {**os.environ, "PYTHON": str(shim), "VSL_COMMIT": "c0",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **env}
+    for key in unset:
+        if key not in env:
+            full.pop(key, None)
+    proc = subprocess.run(["bash", str(script)], cwd=ROOT, env=full, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
 EXAMPLES = {"run_qwen3_lora_fsdp.sh": "ppo_trainer", "run_qwen3_lora_megatron.sh": "ppo_megatron_trainer"}
 
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_examples_on_cpu import SHIM
+from tests.test_examples_on_cpu import run_device_script
 from tests.test_scale_runner_on_cpu import composed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,18 +21,10 @@ SCRIPT = ROOT / "scripts" / "device" / "learning.sh"
 
 def run_learning(tmp_path: Path, **env_extra: str) -> tuple[Path, Path]:
     """learning.sh with the stand-in trainer: (the run logs folder, the records folder)."""
-    shim = tmp_path / "python"
-    shim.write_text(SHIM.format(py=sys.executable, log=tmp_path / "calls.log"))
-    shim.chmod(0o755)
     logs, out = tmp_path / "logs", tmp_path / "out"
-    env = {**os.environ, "PYTHON": str(shim), "LEARN_LOGS": str(logs), "LEARN_ASSETS": str(tmp_path / "assets"),
-           "OUT": str(out), "STAGGER_S": "0", "VSL_COMMIT": "c0",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **env_extra}
-    for key in ("MODEL_PATH", "DATA", "STEPS", "LR", "N", "TRAINER", "ARMS", "SEEDS"):
-        if key not in env_extra:
-            env.pop(key, None)
-    proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_device_script(SCRIPT, tmp_path, {"LEARN_LOGS": str(logs), "LEARN_ASSETS": str(tmp_path / "assets"),
+                                         "OUT": str(out), "STAGGER_S": "0", **env_extra},
+                      ("MODEL_PATH", "DATA", "STEPS", "LR", "N", "TRAINER", "ARMS", "SEEDS"))
     return logs, out / "results"
 
 

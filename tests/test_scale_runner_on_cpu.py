@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import load_script
-from tests.test_examples_on_cpu import SHIM
+from tests.test_examples_on_cpu import run_device_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "device" / "scale.sh"
@@ -115,21 +114,13 @@ def run_scale(tmp_path: Path, shape: str, **env_extra: str) -> tuple[Path, Path,
     (the checkpoint folder, the logs folder, the records folder)."""
     from verl_sglang_lora.tools.benchmarks import shape_config
 
-    shim = tmp_path / "python"
-    shim.write_text(SHIM.format(py=sys.executable, log=tmp_path / "calls.log"))
-    shim.chmod(0o755)
     scale_dir, logs, out = tmp_path / "scale", tmp_path / "logs", tmp_path / "out"
     model = scale_dir / shape
     shape_config(shape).save_pretrained(model)  # an existing checkpoint is reused (no weights written here)
     (model / "model.safetensors.index.json").write_text("{}")
-    env = {**os.environ, "PYTHON": str(shim), "SCALE_DIR": str(scale_dir), "SCALE_LOGS": str(logs), "OUT": str(out),
-           "VSL_COMMIT": "c0", "SHAPE": shape, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           **env_extra}
-    for key in ("MODEL_PATH", "DATA", "LORA_BACKEND", "TRAINER", "ARMS", "ATTN_BACKEND"):
-        if key not in env_extra:
-            env.pop(key, None)
-    proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_device_script(SCRIPT, tmp_path, {"SCALE_DIR": str(scale_dir), "SCALE_LOGS": str(logs), "OUT": str(out),
+                                         "SHAPE": shape, **env_extra},
+                      ("MODEL_PATH", "DATA", "LORA_BACKEND", "TRAINER", "ARMS", "ATTN_BACKEND"))
     return model, logs, out / "results"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import load_script
-from tests.test_examples_on_cpu import SHIM
+from tests.test_examples_on_cpu import run_device_script
 from tests.test_scale_runner_on_cpu import composed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,18 +225,10 @@ def test_the_sampler_finds_the_server_actors_port_and_counts_its_adapters(tmp_pa
 
 def run_svp(tmp_path: Path, **env_extra: str) -> tuple[Path, Path]:
     """stock_vs_plugin.sh with the stand-in trainer: (the run logs folder, the records folder)."""
-    shim = tmp_path / "python"
-    shim.write_text(SHIM.format(py=sys.executable, log=tmp_path / "calls.log"))
-    shim.chmod(0o755)
     logs, out = tmp_path / "logs", tmp_path / "out"
-    env = {**os.environ, "PYTHON": str(shim), "SVP_LOGS": str(logs), "SVP_ASSETS": str(tmp_path / "assets"),
-           "OUT": str(out), "VSL_COMMIT": "c0",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **env_extra}
-    for key in ("MODEL_PATH", "DATA", "STEPS", "LR", "N", "TRAINER", "SEED", "PATHS", "MEM"):
-        if key not in env_extra:
-            env.pop(key, None)
-    proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_device_script(SCRIPT, tmp_path, {"SVP_LOGS": str(logs), "SVP_ASSETS": str(tmp_path / "assets"),
+                                         "OUT": str(out), **env_extra},
+                      ("MODEL_PATH", "DATA", "STEPS", "LR", "N", "TRAINER", "SEED", "PATHS", "MEM"))
     return logs, out / "results"
 
 
