@@ -403,6 +403,8 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
                 "ignore_eos, CUDA graphs on), one engine per LoRA backend the installed SGLang declares: the base "
                 f"model with no adapter, then a random rank-{f.get('rank')} adapter on "
                 f"{_modules_text(f.get('target_modules', 'all-linear'))}. "
+                "'base' is that engine's throughput on requests without an adapter; the 'lora off' row, where run, is "
+                "an engine launched without LoRA (the plain model), the last ratio the adapter's throughput against it. "
                 f"Goal: adapter/base >= {f.get('goal_adapter_over_base')}. The fastest backend is named among those "
                 "without an error whose adapter changed the served log-probs.", "",
                 format_table(f.get("rows", [])), ""]

@@ -64,9 +64,16 @@ def test_rows_fastest_table_json() -> None:
     table = lt.format_table(rows)
     lines = table.splitlines()
     assert lines[0].startswith("| backend | base tok/s | adapter tok/s | adapter/base")
-    assert "| triton | 16384.0 | 13107.2 | 0.800 | yes |" in table
+    assert "| triton | 16384.0 | 13107.2 | 0.800 | - | yes |" in table  # no LoRA-off row: no second ratio
     assert "RuntimeError: no NPU / here" in table
     assert lines[-1].startswith("fastest: csgmv")
+    # the engine without LoRA: its base is the plain model's, each adapter is also set against it
+    plain = lt.make_row(lt.LORA_OFF, 64, 256, [0.5], None)
+    assert plain["adapter_over_base"] is None and plain["adapter_changes_logprobs"] is None
+    assert lt.fastest([*rows, plain]) == "csgmv"  # never the fastest: it serves no adapter
+    with_plain = lt.format_table([rows[0], plain])
+    assert "| triton | 16384.0 | 13107.2 | 0.800 | 0.400 | yes |" in with_plain
+    assert "| lora off | 32768.0 | - | - | - | - |" in with_plain
     doc = json.loads(json.dumps(lt.report(rows, {"shape": "qwen3-8b"})))
     assert doc["fastest"] == "csgmv" and doc["shape"] == "qwen3-8b" and len(doc["rows"]) == 3
     assert doc["goal_adapter_over_base"] == 0.85

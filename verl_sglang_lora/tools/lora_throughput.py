@@ -12,6 +12,9 @@ temperature 1.0), timed over ``--iters`` batches after one warm-up, once without
 it; tokens/s = batch * gen_len / seconds. A cheap correctness check: the adapter must change the served
 log-probs of a prompt against the base model. Each backend that fails is a row with its error.
 
+One more engine, LORA_OFF, runs without ``--enable-lora`` (base only): a LoRA-enabled engine pays for its LoRA
+layers even on requests without an adapter, so its "base" is not the plain model's (``--no-lora-off`` skips it).
+
 Goal: adapter throughput >= 85% of base. The backend named "fastest" is the one with the highest adapter/base
 ratio (ties: higher adapter tokens/s) -- the candidate for the plugin's default.
 """
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 GOAL_RATIO = 0.85
+LORA_OFF = "lora off"  # the row of the engine launched without LoRA: the plain base model's throughput
 
 
 def declared_backends() -> tuple[list[str], str]:
@@ -99,11 +103,13 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             return "yes" if v else "NO"
         return f"{v:.3f}" if isinstance(v, float) and v < 10 else str(v)
 
-    lines = ["| backend | base tok/s | adapter tok/s | adapter/base | adapter changes log-probs | error |",
-             "|---|---|---|---|---|---|"]
+    plain = next((r["base_tok_s"] for r in rows if r["backend"] == LORA_OFF), None)
+    lines = ["| backend | base tok/s | adapter tok/s | adapter/base | adapter/LoRA-off base | adapter changes log-probs "
+             "| error |", "|---|---|---|---|---|---|---|"]
     for r in rows:
+        vs_plain = round(r["adapter_tok_s"] / plain, 4) if plain and r["adapter_tok_s"] else None
         lines.append(f"| {r['backend']} | {cell(r['base_tok_s'])} | {cell(r['adapter_tok_s'])} | "
-                     f"{cell(r['adapter_over_base'])} | {cell(r['adapter_changes_logprobs'])} | "
+                     f"{cell(r['adapter_over_base'])} | {cell(vs_plain)} | {cell(r['adapter_changes_logprobs'])} | "
                      f"{(r.get('error') or '').replace('|', '/')} |")
     best = fastest(rows)
     lines.append("")
@@ -153,14 +159,16 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
     changes: bool | None = None
     engine = None
     try:
+        lora = backend != LORA_OFF
         plan = lora_plan({"lora_rank": args.rank, "target_modules": target_modules(args.target_modules), "lora": {}})
-        launch = lora_launch_args(plan, max_lora_rank=args.rank)
+        launch = {**lora_launch_args(plan, max_lora_rank=args.rank), "lora_backend": backend} if lora else {}
         engine = sglang.Engine(model_path=str(model_dir), mem_fraction_static=args.mem, skip_tokenizer_init=True,
-                               skip_server_warmup=True, log_level="warning", lora_backend=backend, **launch,
+                               skip_server_warmup=True, log_level="warning", **launch,
                                **engine_args(args.engine_arg, cuda_graph=True))
-        ok, message = request_outcome(engine.load_lora_adapter("bench", str(adapter_dir)))
-        if not ok:
-            raise RuntimeError(f"load_lora_adapter: {message}")
+        if lora:
+            ok, message = request_outcome(engine.load_lora_adapter("bench", str(adapter_dir)))
+            if not ok:
+                raise RuntimeError(f"load_lora_adapter: {message}")
         vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
         rng = random.Random(0)
         prompts = [[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(args.batch)]
@@ -172,9 +180,11 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
                             lora_path=None if lora is None else [lora] * len(prompts))
             return time.perf_counter() - t0
 
-        for lora, samples in ((None, base_s), ("bench", adapter_s)):
-            timed(lora)  # warm-up: CUDA graph replay paths and the adapter's pool slot
-            samples.extend(timed(lora) for _ in range(args.iters))
+        for name, samples in ((None, base_s), ("bench", adapter_s))[:2 if lora else 1]:
+            timed(name)  # warm-up: CUDA graph replay paths and the adapter's pool slot
+            samples.extend(timed(name) for _ in range(args.iters))
+        if not lora:
+            return make_row(backend, args.batch, args.gen_len, base_s, None)
 
         def first_logprobs(lora: str | None) -> list[float]:
             reply = engine.generate(input_ids=prompts[0], return_logprob=True, logprob_start_len=0, lora_path=lora,
@@ -214,6 +224,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mem", type=float, default=0.8, help="mem_fraction_static")
     p.add_argument("--engine-arg", action="append", default=[],
                    help="key=value for sglang.Engine (repeatable), e.g. attention_backend=triton")
+    p.add_argument("--no-lora-off", action="store_true",
+                   help="skip the engine without LoRA (the plain base model's throughput)")
     p.add_argument("--json", type=Path, default=None)
     return p.parse_args(argv)
 
@@ -231,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = write_checkpoint(args.shape, root / "model", live=True)
         adapter_dir = write_adapter(model_dir, args.rank, root / "adapter", target_modules(args.target_modules))
         rows = []
-        for backend in backends:
+        for backend in backends + ([] if args.no_lora_off else [LORA_OFF]):
             rows.append(measure_backend(backend, model_dir, adapter_dir, args))
             print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("base_s", "adapter_s")}), flush=True)
     finally:
@@ -242,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                 "gen_len": args.gen_len, "iters": args.iters, "declared_backends": declared,
                 "default_backend": default}
         args.json.write_text(json.dumps(report(rows, meta), indent=2))
-    return 0 if any(not r["error"] for r in rows) else 1
+    return 0 if any(not r["error"] for r in rows if r["backend"] != LORA_OFF) else 1
 
 
 if __name__ == "__main__":
