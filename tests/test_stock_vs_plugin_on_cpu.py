@@ -274,9 +274,10 @@ def test_megatron_runs_both_paths_through_its_example_for_four_steps(tmp_path: P
 
 def test_an_unknown_path_or_trainer_stops_before_any_run(tmp_path: Path) -> None:
     for env_extra, says in (({"PATHS": "stock fast"}, "PATHS: stock and/or plugin"),
-                            ({"TRAINER": "deepspeed"}, "TRAINER=deepspeed")):
+                            ({"TRAINER": "deepspeed"}, "TRAINER=deepspeed"),
+                            ({"VSL_COMMIT": ""}, "set VSL_COMMIT=<sha>")):
         env = {**os.environ, "OUT": str(tmp_path / "out"), "SVP_LOGS": str(tmp_path / "logs"), "PYTHON": "false",
-               **env_extra}
+               "VSL_COMMIT": "c0", **env_extra}
         proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and says in proc.stderr
         assert not (tmp_path / "logs").exists()

@@ -2,8 +2,8 @@
 # A device job longer than one call (a call ends at 600 s; the machine stays up while calls follow within ~30 s):
 # start it detached, then wait for it over as many calls as it needs (jobs under BG_DIR, default /tmp/bg).
 #   bash scripts/device/bg.sh start NAME CMD...   # CMD runs under setsid with OUT=/tmp/bg/NAME/out; returns at once
-#   bash scripts/device/bg.sh wait NAME [MAX_S]   # up to MAX_S (default 540) seconds; then the log's tail, and
-#                                                 # when CMD has ended its rc and /tmp/bg/NAME/out copied into $OUT
+#   bash scripts/device/bg.sh wait NAME [MAX_S]   # up to MAX_S (default 540) seconds; then the log's tail, what
+#                                                 # the job wrote so far copied into $OUT, and its rc once it ended
 # wait exits 0 once CMD has ended (whatever its rc, printed), 3 while it still runs: call it again.
 # e.g. bash scripts/device/bg.sh start merge8b env SHAPE=qwen3-8b ARMS=merge RUN_TIMEOUT=1500 bash scripts/device/scale.sh
 set -uo pipefail
@@ -24,14 +24,15 @@ start)
 wait)
     [ -d "$dir" ] || { echo "bg.sh: no job $name" >&2; exit 2; }
     deadline=$(( $(date +%s) + ${3:-540} ))
-    while [ ! -e "$dir/rc" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    while [ ! -e "$dir/rc" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 1; done
     tail -n "${TAIL:-15}" "$dir/log"
+    # what the job has written so far, on every wait: a finished part survives a machine that goes back mid-job
+    [ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp -a "$dir/out/." "$OUT/" && cp "$dir/log" "$OUT/$name.log"
     if [ ! -e "$dir/rc" ]; then
         echo "bg.sh: $name still running after $(( $(date +%s) - $(stat -c %Y "$dir/pid") )) s: wait again"
         exit 3
     fi
     echo "bg.sh: $name ended rc=$(cat "$dir/rc")"
-    [ -n "${OUT:-}" ] && cp -a "$dir/out/." "$OUT/" && cp "$dir/log" "$OUT/$name.log"
     exit 0
     ;;
 *) echo "usage: bg.sh start NAME CMD... | wait NAME [MAX_S]" >&2; exit 2 ;;

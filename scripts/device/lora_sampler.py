@@ -1,5 +1,5 @@
 """The LoRA adapters SGLang holds over a verl run, read from outside the trainer (scripts/device/stock_vs_plugin.sh:
-the same figure for verl's own ``rollout.name=sglang`` and for ``rollout.name=sglang_lora``, which share no code).
+the same figure for verl's own ``rollout.name=sglang`` and for ``rollout.name=sglang_lora``, read the same way).
 
     python3 scripts/device/lora_sampler.py sample --log RUN_LOG --csv OUT.csv [--interval 2] [--until-pid PID]
 
@@ -47,6 +47,7 @@ from mem_sampler import (StepCounter, pid_alive, process_titles, read_samples,  
 FIELDS = ("t_s", "step", "adapters", "names")
 SERVER_SERIES = "server_actor"  # mem_sampler.py's name for both server actors' titles
 LISTEN = "0A"  # TCP state in /proc/net/tcp
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a local port: never through http_proxy
 
 
 def socket_inodes(pid: int, proc: Path = Path("/proc")) -> set[str]:
@@ -102,7 +103,7 @@ def registered_adapters(host: str, port: int, timeout: float = 2.0) -> list[str]
     """The adapter names ``/v1/models`` lists (the cards with a ``parent``: the base model has none), or None where
     the port does not answer it as SGLang does."""
     try:
-        with urllib.request.urlopen(_url(host, port, "/v1/models"), timeout=timeout) as resp:
+        with _DIRECT.open(_url(host, port, "/v1/models"), timeout=timeout) as resp:
             body = json.loads(resp.read())
     except (OSError, ValueError, http.client.HTTPException):  # URLError is an OSError
         return None
