@@ -138,6 +138,7 @@ def learning_figures(log: str, arm: str, trainer: str, seed: int) -> dict[str, A
 
 SCALE_PARTS = ("gen", "old_log_prob", "ref", "update_actor", "update_weights")
 SCALE_KEYS = ("timing_s/step", *(f"timing_s/{p}" for p in SCALE_PARTS), "sglang_lora/sync_total_ms",
+              "sglang_lora/sync_bytes",
               "actor/perf/max_memory_allocated_gb", "actor/perf/cpu_memory_used_gb", "response_length/mean",
               "response_length/clip_ratio", "perf/throughput")
 ROLLOUT_TOKENS_FROM = "response_length/mean x responses / timing_s/gen, per step"
@@ -217,7 +218,7 @@ def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
     return {"shape": shape, "trainer": trainer, "arm": arm, "lora_backend": lora_backend or None, "steps": n,
             "measured_steps": n - skip, "step_s_p50": med("timing_s/step"),
             "parts_s": {p: med(f"timing_s/{p}") for p in SCALE_PARTS},
-            "sync_ms_p50": med("sglang_lora/sync_total_ms"),
+            "sync_ms_p50": med("sglang_lora/sync_total_ms"), "adapter_bytes_per_sync": med("sglang_lora/sync_bytes"),
             "peak_gpu_gib": gpu["peak_gpu_gib"], "peak_gpu_gib_measured": GPU_PEAK_MEASURED,
             "gpu_process_peak_gib": gpu["gpu_process_peak_gib"], "gpu_used_peak_gib": gpu["gpu_used_peak_gib"],
             "gpu_samples": gpu["gpu_samples"],
@@ -356,6 +357,10 @@ def render_validation(records: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _mb(n: float | None) -> float | None:
+    return None if n is None else round(n / 1e6, 1)
+
+
 def _modules_text(modules: str) -> str:
     return "every linear module" if modules == "all-linear" else modules.replace(",", ", ")
 
@@ -422,16 +427,17 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
                 "response_length/mean x responses / timing_s/gen. Plot: `python scripts/plot_scale.py` writes "
                 "docs/scale_parts.png.", "", "![step time by part per scale run](scale_parts.png)", "",
                 "| where | shape | trainer | arm | LoRA backend | steps | step s | gen s | old_log_prob s | ref s "
-                "| update_actor s | update_weights s | sync ms | trainer GPU GiB | SGLang GPU GiB | trainer allocated "
-                "GiB | host GiB | rollout tok/s | length clip ratio |",
-                "|---" * 19 + "|"]
+                "| update_actor s | update_weights s | sync ms | adapter MB per sync | trainer GPU GiB | SGLang GPU GiB "
+                "| trainer allocated GiB | host GiB | rollout tok/s | length clip ratio |",
+                "|---" * 20 + "|"]
         for r in scale:
             f = r["figures"]
             p = f["parts_s"]
             peak = f["peak_gpu_gib"]
             out.append(f"| {_where(r)} | {f['shape']} | {f['trainer']} | {f['arm']} | {_fmt(f['lora_backend'])} | "
                        f"{f['steps']} | {_fmt(f['step_s_p50'])} | " + " | ".join(_fmt(p[k]) for k in SCALE_PARTS) +
-                       f" | {_fmt(f['sync_ms_p50'])} | {_fmt(peak['trainer'])} | {_fmt(peak['sglang'])} | "
+                       f" | {_fmt(f['sync_ms_p50'])} | {_fmt(_mb(f.get('adapter_bytes_per_sync')))} | "
+                       f"{_fmt(peak['trainer'])} | {_fmt(peak['sglang'])} | "
                        f"{_fmt(f.get('trainer_allocated_peak_gib'))} | {_fmt(f['host_rss_gib'])} | "
                        f"{_fmt(f['rollout_tokens_per_s'])} | {_fmt(f.get('response_clip_ratio_min'))} |")
         out.append("")

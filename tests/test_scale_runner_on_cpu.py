@@ -52,21 +52,23 @@ def write_samples(path: Path, samples: list[tuple[dict[int, float], float]], tit
 
 
 def test_a_console_log_becomes_the_scale_figures() -> None:
-    log = "\n".join([step(1, 20.0, " - sglang_lora/sync_total_ms:300.0"), step(2, 8.0, " - sglang_lora/sync_total_ms:12.0"),
-                     step(3, 4.0, " - sglang_lora/sync_total_ms:10.0"), step(4, 16.0, " - sglang_lora/sync_total_ms:14.0")])
+    sync = " - sglang_lora/sync_total_ms:{} - sglang_lora/sync_bytes:349175808.0"
+    log = "\n".join([step(1, 20.0, sync.format(300.0)), step(2, 8.0, sync.format(12.0)),
+                     step(3, 4.0, sync.format(10.0)), step(4, 16.0, sync.format(14.0))])
     f = records.scale_figures(log, "qwen3-8b", "adapter", "fsdp", 64, "csgmv")
     assert (f["shape"], f["arm"], f["trainer"], f["lora_backend"], f["steps"], f["measured_steps"]) == \
         ("qwen3-8b", "adapter", "fsdp", "csgmv", 4, 3)
     assert f["step_s_p50"] == 13.0  # steps 2..4: 12, 13, 14 (step 1 left out)
     assert f["parts_s"] == {"gen": 8.0, "old_log_prob": 1.5, "ref": 4.0, "update_actor": 4.0, "update_weights": 0.5}
-    assert f["sync_ms_p50"] == 12.0
+    assert f["sync_ms_p50"] == 12.0 and f["adapter_bytes_per_sync"] == 349175808.0
     # no samples: no driver figures, verl's allocator peak kept beside them
     assert f["peak_gpu_gib"] == {"trainer": None, "sglang": None} and f["trainer_allocated_peak_gib"] == 34.0
     assert f["host_rss_gib"] == 59.0 and f["gpu_samples"] == 0 and "not PyTorch's allocator peak" in f["peak_gpu_gib_measured"]
     assert f["rollout_tokens_per_s"] == 256.0 * 64 / 8.0  # median of 256*64/{8, 4, 16}
     assert f["response_clip_ratio_min"] == 1.0 and f["base_tokens_per_s"] is None and f["tracebacks"] == 0
     none = records.scale_figures("\n".join(step(i, 5.0) for i in (1, 2)), "qwen3-8b", "no_lora", "fsdp", 64, "")
-    assert none["sync_ms_p50"] is None and none["lora_backend"] is None and none["measured_steps"] == 1
+    assert none["sync_ms_p50"] is None and none["adapter_bytes_per_sync"] is None
+    assert none["lora_backend"] is None and none["measured_steps"] == 1
     empty = records.scale_figures("", "qwen3-8b", "merge", "fsdp", 64)
     assert empty["steps"] == 0 and empty["step_s_p50"] is None and empty["rollout_tokens_per_s"] is None
 
@@ -101,7 +103,10 @@ def test_scale_records_render_as_a_table_and_none_renders_nothing(tmp_path: Path
            "figures": f}
     page = records.render_benchmarks({"scale": [rec]})
     assert "## One-GPU scale runs" in page and "| qwen3-8b | megatron | merge | - | 2 | 12 | 5 |" in page
-    assert "| 0.5 | - | 20 | 40 | 32 | 59 |" in page  # update_weights, sync, trainer and SGLang GPU GiB, allocated, host
+    # update_weights, sync ms, adapter MB, trainer and SGLang GPU GiB, allocated, host
+    assert "| 0.5 | - | - | 20 | 40 | 32 | 59 |" in page
+    rec["figures"] = {**f, "adapter_bytes_per_sync": 349175808.0}
+    assert "| 0.5 | - | 349.2 | 20 | 40 |" in records.render_benchmarks({"scale": [rec]})
     assert "One-GPU scale" not in records.render_benchmarks({})
 
 
