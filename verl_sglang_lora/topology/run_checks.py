@@ -2,7 +2,7 @@
 
 Called from ``verl_glue.config_guards.config_problems`` (the server actor's ``__init__`` and ``doctor``), before any
 GPU is allocated. The schema's own checks run against the run's ``actor_rollout_ref.model.path`` and TP; on top, what
-the launch in this session relies on: one engine per verl replica, frozen models on the first node with their memory
+the launch relies on: one engine per verl replica, frozen models on the first node with their memory
 share set, and one address per frozen model (``router.py``). The GPU-count check against
 ``trainer.n_gpus_per_node x trainer.nnodes`` needs the trainer block, which only ``doctor`` sees.
 """
