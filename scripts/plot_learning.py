@@ -6,22 +6,15 @@ band shaded (scripts/records.py band), one panel per trainer, the newest commit'
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
+from plots import out_path, pyplot, save
 from records import RESULTS, ROOT, band, learning_runs, load
 
 COLORS = {"adapter": "tab:blue", "merge": "tab:orange", "reference": "tab:green"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "learning.png")
-    args = ap.parse_args(argv)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    out = out_path(__doc__, ROOT / "docs" / "learning.png", argv)
+    plt = pyplot()
 
     records = load(RESULTS)
     groups = learning_runs(records)
@@ -46,10 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.set(title=f"{trainer}, commit {newest}, {gpu}", xlabel="GRPO step", ylabel="mean reward", ylim=(0, 1.05))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
-    print(args.out)
-    return 0
+    return save(fig, out)
 
 
 if __name__ == "__main__":

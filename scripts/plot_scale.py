@@ -6,20 +6,13 @@ log-probs, reference, actor update, weight/adapter sync), one bar per shape x tr
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
+from plots import out_path, pyplot, save
 from records import RESULTS, ROOT, SCALE_PARTS, load, newest_runs
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "scale_parts.png")
-    args = ap.parse_args(argv)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    out = out_path(__doc__, ROOT / "docs" / "scale_parts.png", argv)
+    plt = pyplot()
 
     runs = newest_runs(load(RESULTS), "scale", ("shape", "trainer", "arm"))
     if not runs:
@@ -37,10 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ax.set(ylabel="seconds per step (median after the first)", title="GRPO step time by part (black: whole step)")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
-    print(args.out)
-    return 0
+    return save(fig, out)
 
 
 if __name__ == "__main__":

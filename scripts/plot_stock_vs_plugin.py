@@ -6,9 +6,7 @@ phase (ms), verl's stock LoRA path against the plugin, the newest run of each tr
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
+from plots import out_path, pyplot, save
 from records import RESULTS, ROOT, load, newest_runs
 
 KEY = ("trainer", "path")  # one line per trainer x path: its newest run
@@ -23,13 +21,8 @@ def points(values: list[float | None]) -> tuple[list[int], list[float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "stock_vs_plugin.png")
-    args = ap.parse_args(argv)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    out = out_path(__doc__, ROOT / "docs" / "stock_vs_plugin.png", argv)
+    plt = pyplot()
 
     runs = newest_runs(load(RESULTS), "stock_vs_plugin", KEY)
     if not runs:
@@ -45,10 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("verl's stock rollout.name=sglang vs rollout.name=sglang_lora, same seed")
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
-    print(args.out)
-    return 0
+    return save(fig, out)
 
 
 if __name__ == "__main__":
