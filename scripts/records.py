@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the package beside this script, installed or not (tables it formats itself)
@@ -445,6 +445,22 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _fails(verdicts: list[float | None] | None) -> int:
+    """Steps whose served-effect verdict was fail (-1)."""
+    return sum(1 for v in verdicts or [] if v is not None and v < 0)
+
+
+def _stopped_line(runs: list[dict[str, Any]], label: Callable[[dict[str, Any]], str]) -> list[str]:
+    """The runs among ``runs`` that stopped before their first step, each with its first error (``label``: what
+    names a run besides its commit)."""
+    stopped = [r for r in runs if not r["figures"]["steps"]]
+    if not stopped:
+        return []
+    return ["", "Runs that stopped before their first step: " + "; ".join(
+        f"`{r['commit']}` {label(r['figures'])} ({r['figures']['tracebacks']} tracebacks; first error: "
+        f"`{r['figures'].get('first_error') or 'none found'}`)" for r in stopped) + "."]
+
+
 def _ends(xs: list[Any] | None) -> tuple[Any, Any]:
     """The first and last values of a per-step list that are not None."""
     vals = [x for x in xs or [] if x is not None]
@@ -454,6 +470,8 @@ def _ends(xs: list[Any] | None) -> tuple[Any, Any]:
 def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
     """The stock-vs-plugin section of docs/benchmarks.md: what each column counts, one row per run that stepped,
     and the runs that stopped before their first step with their first error."""
+    if not runs:
+        return []
     out = ["## verl's stock LoRA path vs the plugin", "",
            "`bash scripts/device/stock_vs_plugin.sh` (TRAINER=fsdp or megatron): the same GRPO example on the offline "
            "task, same seed and LoRA rank 32, once with verl's `rollout.name=sglang` (**stock**: each step it unloads "
@@ -467,8 +485,6 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
            "- host RSS GiB: the summed RSS of the run's Ray and SGLang processes, the largest sample within the step.",
            f"- version tags: the plugin's `sglang_lora/sync_version` and served version range per step; stock: "
            f"{STOCK_NO_TAGS}.", ""]
-    if not runs:
-        return []
     ran = [r for r in runs if r["figures"]["steps"]]
     if ran:
         out += ["| where | path | trainer | steps | step s p50 | sync ms p50 | plugin sync ms p50 | SGLang GPU GiB "
@@ -485,7 +501,6 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
                 tag_cell = f"sync version {_fmt(lo)} -> {_fmt(hi)}, staleness max {_fmt(stale)}"
             else:
                 tag_cell = "none (stock)"
-            fails = sum(1 for v in f.get("served_effect_verdict") or [] if v is not None and v < 0)
             out.append(
                 f"| {_where(r)} | {f['path']} | {f['trainer']} | {f['steps']} | {_fmt(_median(f['step_s']))} | "
                 f"{_fmt(_median(f['sync_ms']))} | {_fmt(_median(f.get('plugin_sync_ms') or []))} | "
@@ -493,13 +508,10 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
                 + " / ".join(_fmt(x) for x in (*_ends(held), _peak(held))) + " | "
                 + " / ".join(_fmt(x) for x in _ends(rss))
                 + f" | {_fmt(_mean(f['rewards']))} | {_fmt(_first_at_least(f['rewards']))} | "
-                f"{'-' if f.get('served_effect_verdict') is None else fails} | {tag_cell} | {f['tracebacks']} |")
+                f"{'-' if f.get('served_effect_verdict') is None else _fails(f['served_effect_verdict'])} | "
+                f"{tag_cell} | {f['tracebacks']} |")
         out += ["", "![SGLang GPU memory and sync ms per step, both paths](stock_vs_plugin.png)"]
-    stopped = [r for r in runs if not r["figures"]["steps"]]
-    if stopped:
-        out += ["", "Runs that stopped before their first step: " + "; ".join(
-            f"`{r['commit']}` {r['figures']['trainer']} {r['figures']['path']} ({r['figures']['tracebacks']} "
-            f"tracebacks; first error: `{r['figures'].get('first_error') or 'none found'}`)" for r in stopped) + "."]
+    out += _stopped_line(runs, lambda f: f"{f['trainer']} {f['path']}")
     return out + [""]
 
 
@@ -566,16 +578,11 @@ def render_learning(records: dict[str, list[dict[str, Any]]]) -> str:
         for r in runs:
             f = r["figures"]
             rw = f["rewards"]
-            fails = sum(1 for v in f.get("served_effect_verdict") or [] if v is not None and v < 0)
             out.append(f"| `{commit}` | {trainer} | {arm} | {f['seed']} | {r.get('gpu') or '-'} | {f['steps']} | "
-                       f"{_fmt(rw[0])} | {_fmt(_first_at_least(rw))} | {_fmt(_mean(rw))} | {_fmt(rw[-1])} | {fails} | "
+                       f"{_fmt(rw[0])} | {_fmt(_first_at_least(rw))} | {_fmt(_mean(rw))} | {_fmt(rw[-1])} | "
+                       f"{_fails(f.get('served_effect_verdict'))} | "
                        f"{_fmt(_median(f.get('served_vs_trained_dp') or []))} | {f['tracebacks']} |")
-    stopped = [r for r in records.get("learning", []) if not r["figures"]["steps"]]
-    if stopped:
-        out += ["", "Runs that stopped before their first step: " + "; ".join(
-            f"`{r['commit']}` {r['figures']['trainer']} {r['figures']['arm']} seed {r['figures']['seed']} "
-            f"({r['figures']['tracebacks']} tracebacks; first error: "
-            f"`{r['figures'].get('first_error') or 'none found'}`)" for r in stopped) + "."]
+    out += _stopped_line(records.get("learning", []), lambda f: f"{f['trainer']} {f['arm']} seed {f['seed']}")
     out += ["", "Served vs trained: verl's `training/rollout_probs_diff_mean` (mean |p_rollout - p_trainer| over the "
             "batch's tokens), median over the run's steps: how closely the served policy follows the trained one.",
             "", "Band: per step, [min - 2s, max + 2s] of the merge arm's seeds, s the seed-to-seed standard deviation "
