@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A device job longer than one call (a call ends at 600 s; the machine stays up while calls follow within ~30 s):
-# start it detached, then wait for it over as many calls as it needs (jobs under BG_DIR, default /tmp/bg).
+# A job on a GPU host that runs longer than one remote command may (e.g. 600 s; the host keeps its /tmp while
+# commands follow closely): start it detached, then wait for it over as many commands as it needs (jobs under
+# BG_DIR, default /tmp/bg).
 #   bash scripts/device/bg.sh start NAME CMD...   # CMD runs under setsid with OUT=/tmp/bg/NAME/out; returns at once
 #   bash scripts/device/bg.sh wait NAME [MAX_S]   # up to MAX_S (default 540) seconds; then the log's tail, what
 #                                                 # the job wrote so far copied into $OUT, and its rc once it ended

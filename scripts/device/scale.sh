@@ -29,8 +29,8 @@
 # by process title); the record's peak_gpu_gib holds the trainer's and SGLang's largest.
 # The checkpoint is written once under SCALE_DIR and reused. Each arm runs under RUN_TIMEOUT seconds; ARMS=one
 # arm runs just that one.
-# An arm can outlast one device call (the 8B merge arm did not finish step 2 within 480 s): run it through
-# scripts/device/bg.sh, e.g. bg.sh start m8 env SHAPE=qwen3-8b ARMS=merge bash scripts/device/scale.sh, then bg.sh wait m8.
+# An 8B arm can run longer than one 600 s remote command: run it detached through scripts/device/bg.sh, e.g.
+# bg.sh start m8 env SHAPE=qwen3-8b ARMS=merge bash scripts/device/scale.sh, then bg.sh wait m8.
 set -uo pipefail
 source scripts/device/env.sh
 PY=${PYTHON:-python3}

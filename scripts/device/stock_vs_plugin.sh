@@ -6,7 +6,7 @@
 # $OUT/results/stock_vs_plugin.json (scripts/records.py stock_vs_plugin).
 #   VSL_COMMIT=<sha> TRAINER=fsdp STEPS=50 SEED=1 bash scripts/device/stock_vs_plugin.sh
 #   VSL_COMMIT=<sha> TRAINER=megatron STEPS=4 bash scripts/device/stock_vs_plugin.sh
-# Both 50-step runs together outlast one 600 s device call: run the script through scripts/device/bg.sh,
+# The two 50-step runs take longer than one 600 s remote command: run the script detached through scripts/device/bg.sh,
 #   bash scripts/device/bg.sh start svp env VSL_COMMIT=<sha> TRAINER=fsdp bash scripts/device/stock_vs_plugin.sh
 #   bash scripts/device/bg.sh wait svp          # again while it says "still running"; the last wait copies $OUT
 # Settings: learning.sh's adapter arm (the example's offline-task defaults, LR 2e-4, seed S in data.seed and

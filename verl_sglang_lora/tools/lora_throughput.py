@@ -104,8 +104,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         return f"{v:.3f}" if isinstance(v, float) and v < 10 else str(v)
 
     plain = next((r["base_tok_s"] for r in rows if r["backend"] == LORA_OFF), None)
-    lines = ["| backend | base tok/s | adapter tok/s | adapter/base | adapter/LoRA-off base | adapter changes log-probs "
-             "| error |", "|---|---|---|---|---|---|---|"]
+    lines = ["| backend | base tok/s | adapter tok/s | adapter/base | adapter/LoRA-off base | adapter changes "
+             "log-probs | error |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         vs_plain = round(r["adapter_tok_s"] / plain, 4) if plain and r["adapter_tok_s"] else None
         lines.append(f"| {r['backend']} | {cell(r['base_tok_s'])} | {cell(r['adapter_tok_s'])} | "
@@ -180,7 +180,8 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
                             lora_path=None if lora is None else [lora] * len(prompts))
             return time.perf_counter() - t0
 
-        for name, samples in ((None, base_s), ("bench", adapter_s))[:2 if lora else 1]:
+        runs = [(None, base_s), ("bench", adapter_s)] if lora else [(None, base_s)]
+        for name, samples in runs:
             timed(name)  # warm-up: CUDA graph replay paths and the adapter's pool slot
             samples.extend(timed(name) for _ in range(args.iters))
         if not lora:
@@ -250,9 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     print(format_table(rows))
     if args.json:
-        meta = {"shape": args.shape, "rank": args.rank, "target_modules": args.target_modules, "batch": args.batch, "prompt_len": args.prompt_len,
-                "gen_len": args.gen_len, "iters": args.iters, "declared_backends": declared,
-                "default_backend": default}
+        meta = {"shape": args.shape, "rank": args.rank, "target_modules": args.target_modules, "batch": args.batch,
+                "prompt_len": args.prompt_len, "gen_len": args.gen_len, "iters": args.iters,
+                "declared_backends": declared, "default_backend": default}
         args.json.write_text(json.dumps(report(rows, meta), indent=2))
     return 0 if any(not r["error"] for r in rows if r["backend"] != LORA_OFF) else 1
 
