@@ -46,15 +46,20 @@ GPU_NONE = "not exercised (CPU contract only)"
 
 
 def gpu_evidence() -> dict[tuple[str, str], str]:
-    """Per (verl, SGLang): what ran on a GPU, from the records in docs/results (scripts/records.py)."""
-    runs: dict[tuple[str, str], list[str]] = {}
+    """Per (verl, SGLang): what ran on a GPU, from the records in docs/results (scripts/records.py): each kind of
+    record with its number of runs and the newest one's date, GPU and commit."""
+    runs: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for path in sorted(RESULTS.glob("*.json")):
         for r in json.loads(path.read_text(encoding="utf-8")):
             versions = r.get("versions") or {}
             if r.get("gpu") and versions.get("verl") and versions.get("sglang"):
-                runs.setdefault((versions["verl"], versions["sglang"]), []).append(
-                    f"{r['kind']} ({r['date']}, {r['gpu']}, `{r['commit']}`)")
-    return {cell: "runs: " + "; ".join(items) + " -- docs/validation.md, docs/benchmarks.md" for cell, items in runs.items()}
+                runs.setdefault((versions["verl"], versions["sglang"]), {}).setdefault(r["kind"], []).append(r)
+    out = {}
+    for cell, kinds in runs.items():
+        items = [f"{kind} x{len(rs)} (newest {rs[-1]['date']}, {rs[-1]['gpu']}, `{rs[-1]['commit']}`)"
+                 for kind, rs in kinds.items()]
+        out[cell] = "runs: " + "; ".join(items) + " -- docs/validation.md, docs/benchmarks.md"
+    return out
 
 
 def tested_sets() -> dict[str, dict[str, str]]:

@@ -36,6 +36,8 @@ if str(ROOT) not in sys.path:  # the package beside this script, installed or no
     sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "docs" / "results"
 STEP_RE = re.compile(r"step:(\d+) - (.*)")
+# pytest's closing line ("7 passed, 1 skipped in 95.20s"): a run stopped by a timeout has none and makes no record
+PYTEST_SUMMARY_RE = re.compile(r"\b\d+ (passed|failed|errors?)\b.* in [0-9.]+s")
 E2E_KEYS = ("critic/score/mean", "timing_s/step", "sglang_lora/sync_total_ms", "sglang_lora/sync_inplace",
             "sglang_lora/resident_fallbacks", "sglang_lora/staleness_max", "sglang_lora/base_policy_samples",
             "sglang_lora/served_effect_verdict", "sglang_lora/served_effect_error", "sglang_lora/served_effect_snr",
@@ -232,7 +234,8 @@ def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
 
 STOCK_VS_PLUGIN_KEYS = {"rewards": "critic/score/mean", "step_s": "timing_s/step",
                         "update_weights_s": "timing_s/update_weights", "plugin_sync_ms": "sglang_lora/sync_total_ms",
-                        "served_effect_verdict": "sglang_lora/served_effect_verdict"}
+                        "served_effect_verdict": "sglang_lora/served_effect_verdict",
+                        "plugin_resume_kv_ms": "sglang_lora/resume_kv_ms", "plugin_canary_ms": "sglang_lora/canary_ms"}
 # the plugin's version figures per step (runtime/sync/metrics.py); verl's stock path keeps none
 VERSION_TAG_KEYS = {"sync_version": "sglang_lora/sync_version", "served_version_min": "sglang_lora/served_version_min",
                     "served_version_max": "sglang_lora/served_version_max",
@@ -278,6 +281,9 @@ def stock_vs_plugin_figures(log: str, path: str, trainer: str, mem_samples: Path
             "sync_ms": [None if x is None else round(x * 1000, 3) for x in series["update_weights_s"]],
             "sync_ms_from": SYNC_MS_FROM,
             "plugin_sync_ms": None if stock else series["plugin_sync_ms"],
+            # the rest of the plugin's update_weights phase: KV cache resume, then cache flush + canary request
+            "plugin_resume_kv_ms": None if stock else series["plugin_resume_kv_ms"],
+            "plugin_canary_ms": None if stock else series["plugin_canary_ms"],
             "sglang_gpu_gib": _gib_by_step(gpu["sglang"], n), "trainer_gpu_gib": _gib_by_step(gpu["trainer"], n),
             "gpu_measured": GPU_PEAK_MEASURED + "; per step: the largest sample within the step",
             "lora_slots_used": [held[i]["adapters"] if i in held else None for i in range(1, n + 1)],
@@ -479,7 +485,11 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
            "`rollout.name=sglang_lora` (**plugin**), one after the other, each alone on the GPU. Plot: `python "
            "scripts/plot_stock_vs_plugin.py` writes docs/stock_vs_plugin.png. Per step in "
            "docs/results/stock_vs_plugin.json; here medians over the steps and first/last values.", "",
-           f"- sync ms: {SYNC_MS_FROM}.",
+           "- step 1 s: the first step, which also serves SGLang's first requests after launch.",
+           f"- sync ms: {SYNC_MS_FROM}. verl's timer also holds what follows the sync in its update_weights: the KV "
+           "cache resume and, on the plugin, a cache flush and the canary's two scoring requests (per step in the "
+           "record as plugin_resume_kv_ms and plugin_canary_ms where the run logged them). The adapter sync alone, "
+           "both ways on one server: the sync matrix's inplace and verl_stock rows above.",
            f"- SGLang GPU GiB: {GPU_PEAK_MEASURED}; per step, the largest sample within the step.",
            f"- LoRA adapters held: {LORA_SLOTS_FROM}.",
            "- host RSS GiB: the summed RSS of the run's Ray and SGLang processes, the largest sample within the step.",
@@ -487,10 +497,10 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
            f"{STOCK_NO_TAGS}.", ""]
     ran = [r for r in runs if r["figures"]["steps"]]
     if ran:
-        out += ["| where | path | trainer | steps | step s p50 | sync ms p50 | plugin sync ms p50 | SGLang GPU GiB "
+        out += ["| where | path | trainer | steps | step 1 s | step s p50 | sync ms p50 | plugin sync ms p50 | SGLang GPU GiB "
                 "first / last / peak | LoRA adapters held first / last / max | host RSS GiB first / last | mean "
                 "reward | first step >= 0.8 | served-effect fails | version tags first -> last | tracebacks |",
-                "|---" * 15 + "|"]
+                "|---" * 16 + "|"]
         for r in ran:
             f = r["figures"]
             gpu, held, rss = f["sglang_gpu_gib"], f["lora_slots_used"], f["host_rss_gib"]
@@ -502,7 +512,8 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
             else:
                 tag_cell = "none (stock)"
             out.append(
-                f"| {_where(r)} | {f['path']} | {f['trainer']} | {f['steps']} | {_fmt(_median(f['step_s']))} | "
+                f"| {_where(r)} | {f['path']} | {f['trainer']} | {f['steps']} | {_fmt(f['step_s'][0])} | "
+                f"{_fmt(_median(f['step_s']))} | "
                 f"{_fmt(_median(f['sync_ms']))} | {_fmt(_median(f.get('plugin_sync_ms') or []))} | "
                 + " / ".join(_fmt(x) for x in (*_ends(gpu), _peak(gpu))) + " | "
                 + " / ".join(_fmt(x) for x in (*_ends(held), _peak(held))) + " | "
@@ -682,6 +693,10 @@ def main(argv: list[str] | None = None) -> int:
                                           args.mem_samples, args.lora_samples)
         print(append(make_record("stock_vs_plugin", args.command, figures), args.out))
     elif args.cmd == "text":
+        if args.kind == "gpu_tests" and not PYTEST_SUMMARY_RE.search(args.summary):
+            print(f"records.py text gpu_tests: {args.summary!r} is not pytest's closing line (stopped early?); "
+                  "no record", file=sys.stderr)
+            return 1
         print(append(make_record(args.kind, args.command, {"summary": args.summary}), args.out))
     elif args.cmd == "merge":
         for path in sorted(args.dir.glob("*.json")):

@@ -119,3 +119,14 @@ def test_throughput_records_render_the_tools_own_table() -> None:
     text = records.render_benchmarks({"lora_throughput": [record]})
     assert lt.format_table(rows) in text
     assert "fastest: triton" in text  # the backend that ignored the adapter is not named
+
+
+def test_a_tests_gpu_run_stopped_by_its_timeout_makes_no_record(tmp_path, capsys) -> None:
+    # a timeout leaves pytest's progress dots as the last line, with no count: recording it would read as a result
+    stopped = records.main(["text", "gpu_tests", "....", "--command", "python -m pytest tests/gpu -q",
+                            "--out", str(tmp_path)])
+    assert stopped == 1 and "not pytest's closing line" in capsys.readouterr().err
+    assert not (tmp_path / "gpu_tests.json").exists()
+    finished = records.main(["text", "gpu_tests", "7 passed, 1 warning in 163.58s (0:02:43)", "--command",
+                             "python -m pytest tests/gpu -q", "--out", str(tmp_path)])
+    assert finished == 0 and json.loads((tmp_path / "gpu_tests.json").read_text())[0]["figures"]["summary"].startswith("7")

@@ -117,6 +117,8 @@ def test_server_actor_pins_tags_defers_canary_and_recovers(tiny_qwen3, tmp_path)
     assert out["sample"]["extra"] == {"adapter_version": 3, "adapter_staleness": 0, "global_steps": 3}
     m = out["metrics"]
     assert m["sglang_lora/samples"] == 1 and m["sglang_lora/sync_version"] == 3 and m["sglang_lora/staleness_max"] == 0
+    # the KV resume and the canary (flush + two scoring requests) are timed apart: verl counts both in update_weights
+    assert m["sglang_lora/resume_kv_ms"] >= 0 and m["sglang_lora/canary_ms"] > 0
 
     after = out["after_restart"]
     assert out["die"] in ("RayActorError", "ActorDiedError", "re-sent to the restarted actor")

@@ -240,10 +240,14 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         if self.node_rank != 0:
             return []
         todo = self.memory.to_resume(tags)
+        t0 = time.perf_counter()
         await self._occupation("resume_memory_occupation", "ResumeMemoryOccupationReqInput", todo,
                                self.memory.undo_resume)
         if KV_CACHE in todo:
+            t1 = time.perf_counter()
             await self._serve_newest_adapter(flush="resume")
+            self.sync_metrics.resume_kv_ms = round((t1 - t0) * 1e3, 2)
+            self.sync_metrics.canary_ms = round((time.perf_counter() - t1) * 1e3, 2)
         return todo
 
     async def _occupation(self, method: str, request: str, todo: list[str], undo: Any) -> None:

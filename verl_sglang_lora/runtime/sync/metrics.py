@@ -49,6 +49,10 @@ class SyncMetrics:
     resident_fallbacks: int = figure(SUM)  # in-place writes that failed a check and were loaded the ordinary way
     samples: int = figure(SUM)
     base_policy_samples: int = figure(SUM)  # served before any adapter was active (version -1)
+    # inside verl's update_weights timer after the sync: resume_memory(kv_cache) in SGLang, then the cache flush and
+    # the canary's scoring request for the newest adapter (0 in a step with no KV cache resume)
+    resume_kv_ms: float = figure(MAX, 0.0)
+    canary_ms: float = figure(MAX, 0.0)
     staleness_n: int = 0
     staleness_sum: int = 0
     staleness_max: int = figure(MAX)
