@@ -485,7 +485,8 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
            "`rollout.name=sglang_lora` (**plugin**), one after the other, each alone on the GPU. Plot: `python "
            "scripts/plot_stock_vs_plugin.py` writes docs/stock_vs_plugin.png. Per step in "
            "docs/results/stock_vs_plugin.json; here medians over the steps and first/last values.", "",
-           "- step 1 s: the first step, which also serves SGLang's first requests after launch.",
+           "- step 1 s: the first step, which also serves SGLang's first batch after launch (on the plugin, the "
+           "canary's two scoring requests at the sync before step 1 come first).",
            f"- sync ms: {SYNC_MS_FROM}. verl's timer also holds what follows the sync in its update_weights: the KV "
            "cache resume and, on the plugin, a cache flush and the canary's two scoring requests (per step in the "
            "record as plugin_resume_kv_ms and plugin_canary_ms where the run logged them). The adapter sync alone, "
