@@ -85,20 +85,6 @@ def buffer_id(manager: Any, uid: str) -> int:
     return int(slot)
 
 
-def ensure_resident(manager: Any, uid: str) -> int:
-    """Make ``uid`` resident (SGLang's own ``fetch_new_loras``) and return its slot; call with the server idle."""
-    if uid not in manager.memory_pool.uid_to_buffer_id:
-        manager.fetch_new_loras({uid})
-    return buffer_id(manager, uid)
-
-
-def notify_slots_updated(manager: Any, slots: set[int]) -> None:
-    """0.5.23 lets LoRA modules cache per-slot state and refreshes it on this hook; older releases lack it."""
-    hook = getattr(manager, "_notify_lora_slots_updated", None)
-    if callable(hook):
-        hook(set(slots))
-
-
 def new_adapter(manager: Any, uid: str) -> Any:
     """A fresh ``LoRAAdapter`` built like the one of ``uid``, its constructor arguments read from the release's
     signature (for feeding SGLang's own normalization other tensors)."""

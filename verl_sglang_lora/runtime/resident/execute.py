@@ -4,7 +4,7 @@ sign all count (no checksum)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -14,10 +14,9 @@ from .plan import CopyPair
 INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def run_copies(pairs: Iterable[CopyPair]) -> int:
+def run_copies(pairs: Sequence[CopyPair]) -> int:
     """``dst.copy_(src)`` for every pair (``dst.zero_()`` where ``src`` is None); returns the pair count. Fused: a plan
     has hundreds of small blocks, and per-call overhead, not the bytes, is what a write costs."""
-    pairs = list(pairs)
     copies = [(src, dst) for src, dst in pairs if src is not None]
     zeros = [dst for src, dst in pairs if src is None]
     try:

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Optional
 import torch
 
 from . import protocol as P
-from .access import ResidentError, buffer_id, ensure_resident, find_lora_manager, notify_slots_updated, resolve_uid
+from .access import ResidentError, buffer_id, find_lora_manager, resolve_uid
 from .execute import compare_slots, differing_pairs, run_copies
 from .mirror import Mirror
 from .plan import CopyPair, bind
@@ -73,14 +73,17 @@ def _write(manager: Any, state: SlotState) -> dict[int, int]:
     else:
         _check_pairs(state.pairs, "written slot")
         by = P.BY_PAIRS
-    notify_slots_updated(manager, {state.buffer_id})
+    # from 0.5.18 on LoRA modules may cache per-slot state and refresh it on this hook; older releases lack it
+    hook = getattr(manager, "_notify_lora_slots_updated", None)
+    if callable(hook):
+        hook({state.buffer_id})
     return {P.N_COPIES: len(state.pairs), P.COPY_NS: t1 - t0, P.VERIFY_NS: time.perf_counter_ns() - t1,
             P.VERIFIED_BY: by}
 
 
 def _adapter_facts(manager: Any, uid: str) -> dict[int, int]:
     """The scaling and rank SGLang applies for this slot, for the client to compare; absent: 0 (unknown)."""
-    adapter = getattr(manager, "loras", {}).get(uid)
+    adapter = manager.loras.get(uid)
     scaling = getattr(adapter, "scaling", None)
     rank = getattr(getattr(adapter, "config", None), "r", None)
     if scaling is None or not rank:
@@ -96,7 +99,9 @@ def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
     pinned = getattr(manager.lora_refs.get(uid), "pinned", False)
     if not pinned and req.get("allow_unpinned") != "1":
         raise ResidentError(E.NOT_PINNED, f"slot {name!r} is not pinned: SGLang may evict it and reload stale weights")
-    return uid, ensure_resident(manager, uid)
+    if uid not in manager.memory_pool.uid_to_buffer_id:
+        manager.fetch_new_loras({uid})  # SGLang's own fetch into the pool, as its scheduler does before a batch
+    return uid, buffer_id(manager, uid)
 
 
 def _attach(manager: Any, uid: str, slot: int, req: P.Request, fields: dict[int, int]) -> str:
@@ -169,7 +174,7 @@ def apply(model: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None
         fields.update({P.STATE: P.OK, P.TOTAL_NS: time.perf_counter_ns() - t0})
     except ResidentError as exc:
         fields, message = {P.STATE: P.FAILED, P.ERROR: int(exc.code)}, str(exc)
-        logger.error("verl resident loader: op=%s failed (%s): %s", req.op, P.ERRORS.get(exc.code), exc)
+        logger.error("verl resident loader: op=%s failed (%s): %s", req.op, exc.code.text, exc)
     except Exception as exc:  # noqa: BLE001 - must not escape into SGLang's request loop
         fields, message = {P.STATE: P.FAILED, P.ERROR: int(E.LOADER_EXCEPTION)}, f"{type(exc).__name__}: {exc}"
         logger.exception("verl resident loader: op=%s raised", req.op)

@@ -51,13 +51,13 @@ class Mirror:
                 return None, "a source view repeats elements (a replicated block): the rebuild would be ambiguous"
             offsets.append((start - base) // itemsize)
         buf = torch.zeros_like(flat)
-        counter = buf.view(INT_VIEW[itemsize])
+        typed, counter = buf.view(pairs[0][0].dtype), buf.view(INT_VIEW[itemsize])
         try:
-            counts = [counter.as_strided(src.shape, src.stride(), off) for (src, _), off in zip(pairs, offsets)]
+            views = [typed.as_strided(src.shape, src.stride(), off) for (src, _), off in zip(pairs, offsets)]
         except RuntimeError as exc:
             return None, f"a source view does not fit the flat buffer ({exc})"
-        for view in counts:  # one kernel after another: overlapping views must not race
-            view.add_(1)
+        for view in views:  # one kernel after another: overlapping views must not race
+            view.view(counter.dtype).add_(1)
         once, more = int((counter == 1).sum()), int((counter > 1).sum())
         if more:
             return None, f"{more} source elements feed more than one slot element"
@@ -65,6 +65,4 @@ class Mirror:
             return None, (f"the sources cover {once} of the adapter's {total_elements} elements (this rank uses part "
                           "of the adapter, e.g. a TP slice): the trainer's buffer holds all of it")
         buf.zero_()
-        typed = buf.view(pairs[0][0].dtype)
-        views = [typed.as_strided(src.shape, src.stride(), off) for (src, _), off in zip(pairs, offsets)]
         return cls(buf, views, [dst for _, dst in pairs], zeros), ""

@@ -111,12 +111,9 @@ def _split_progressions(bases: np.ndarray) -> list[tuple[int, int, int]]:
     out: list[tuple[int, int, int]] = []
     i, n = 0, len(bases)
     while i < n:
-        if i + 1 == n:
-            out.append((i, 1, 0))
-            break
-        stride = int(bases[i + 1] - bases[i])
-        j = i + 1
-        while j + 1 < n and int(bases[j + 1] - bases[j]) == stride:
+        j = min(i + 1, n - 1)  # the progression's last row; a last row alone is one of stride 0
+        stride = int(diffs[i]) if j > i else 0
+        while j + 1 < n and int(diffs[j]) == stride:
             j += 1
         out.append((i, j - i + 1, stride))
         i = j + 1
@@ -138,8 +135,7 @@ def blocks_from_trace(trace: np.ndarray, sources: Sequence[SourceSpec], buffer: 
     row, col0, width, first, src_idx = row[order], col0[order], width[order], first[order], src_idx[order]
     group_key = np.stack([src_idx, col0, width], axis=1)
     new_group = np.ones(len(row), dtype=bool)
-    if len(row) > 1:
-        new_group[1:] = np.any(group_key[1:] != group_key[:-1], axis=1) | (row[1:] != row[:-1] + 1)
+    new_group[1:] = np.any(group_key[1:] != group_key[:-1], axis=1) | (row[1:] != row[:-1] + 1)
     starts = np.flatnonzero(new_group)
     ends = np.append(starts[1:], len(row))
     blocks: list[Block] = []

@@ -26,38 +26,30 @@ PENDING, OK, FAILED = 0, 1, 2
 
 
 class ErrorCode(enum.IntEnum):
-    """Why a loader request failed: the value travels in the status row's ERROR field (0: none)."""
+    """Why a loader request failed: the value travels in the status row's ERROR field (0: none); ``text`` says it in
+    the loader's log and the client's error."""
 
-    BAD_REQUEST = 1
-    LOADER_EXCEPTION = 2
-    LORA_DISABLED = 3
-    UNKNOWN_SLOT = 4
-    NOT_RESIDENT = 5
-    ADAPTER_REBUILD = 6
-    UNSUPPORTED_LAYOUT = 7
-    TRACE_INCONSISTENT = 8
-    SLOT_MOVED = 9
-    NOT_PINNED = 10
-    NOT_ATTACHED = 11
-    MISMATCH = 12
-    SLOTS_DIFFER = 14  # 13 stays unassigned, so logs that carry it keep their meaning
+    def __new__(cls, value: int, text: str) -> "ErrorCode":
+        code = int.__new__(cls, value)
+        code._value_, code.text = value, text
+        return code
+
+    BAD_REQUEST = 1, "bad request"
+    LOADER_EXCEPTION = 2, "unexpected exception in the loader"
+    LORA_DISABLED = 3, "LoRA is not enabled on the server"
+    UNKNOWN_SLOT = 4, "unknown slot name"
+    NOT_RESIDENT = 5, "slot adapter is not resident in the pool"
+    ADAPTER_REBUILD = 6, "cannot rebuild SGLang's LoRAAdapter"
+    UNSUPPORTED_LAYOUT = 7, "unsupported adapter or pool layout"
+    TRACE_INCONSISTENT = 8, "traced layout is inconsistent"
+    SLOT_MOVED = 9, "slot moved to another pool index since attach"
+    NOT_PINNED = 10, "slot adapter is not pinned"
+    NOT_ATTACHED = 11, "no attached sources for this slot"
+    MISMATCH = 12, "the slot's bytes differ from the trainer's"
+    SLOTS_DIFFER = 14, "slots differ"  # 13 stays unassigned, so logs that carry it keep their meaning
 
 
-ERRORS = {
-    ErrorCode.BAD_REQUEST: "bad request",
-    ErrorCode.LOADER_EXCEPTION: "unexpected exception in the loader",
-    ErrorCode.LORA_DISABLED: "LoRA is not enabled on the server",
-    ErrorCode.UNKNOWN_SLOT: "unknown slot name",
-    ErrorCode.NOT_RESIDENT: "slot adapter is not resident in the pool",
-    ErrorCode.ADAPTER_REBUILD: "cannot rebuild SGLang's LoRAAdapter",
-    ErrorCode.UNSUPPORTED_LAYOUT: "unsupported adapter or pool layout",
-    ErrorCode.TRACE_INCONSISTENT: "traced layout is inconsistent",
-    ErrorCode.SLOT_MOVED: "slot moved to another pool index since attach",
-    ErrorCode.NOT_PINNED: "slot adapter is not pinned",
-    ErrorCode.NOT_ATTACHED: "no attached sources for this slot",
-    ErrorCode.MISMATCH: "the slot's bytes differ from the trainer's",
-    ErrorCode.SLOTS_DIFFER: "slots differ",
-}
+ERRORS = {code: code.text for code in ErrorCode}
 
 
 @dataclass(frozen=True)
@@ -182,7 +174,7 @@ def read_status(status: torch.Tensor) -> dict[str, Any]:
     v = status.view(-1)[:STATUS_LEN].tolist()
     return {
         "magic_ok": v[MAGIC_I] == MAGIC, "state": v[STATE], "ok": v[STATE] == OK, "error": v[ERROR],
-        "error_text": ERRORS.get(v[ERROR], "") if v[ERROR] else "", "version": v[VERSION],
+        "error_text": ERRORS.get(v[ERROR], ""), "version": v[VERSION],
         "buffer_id": v[BUFFER_ID], "copies": v[N_COPIES], "mismatches": v[MISMATCHES], "copy_ns": v[COPY_NS],
         "total_ns": v[TOTAL_NS], "seq": v[SEQ], "verify_ns": v[VERIFY_NS],
         "scaling": bits_to_float(v[SCALING_BITS]) if v[LORA_R] else None, "lora_r": v[LORA_R],

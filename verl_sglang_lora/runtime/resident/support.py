@@ -82,12 +82,12 @@ LINEAR_DIMS = {  # leaf -> (in, out) in terms of the HF config (q: heads x head_
 }
 
 
-def mirror_bytes(hf_config: Any, rank: int, target_modules: Any, dtype_bytes: int = 2) -> int | None:
+def mirror_bytes(hf_config: Any, rank: int, target_modules: Any) -> int | None:
     """The bytes of one slot's read-back mirror in SGLang's process: the adapter's flat buffer (A and B of every
     targeted dense projection of every layer). None where the config is not a dense decoder this can size."""
     from verl_sglang_lora.sglang_contract.target_modules import ALL_LINEAR_HF, hf_leaves
 
-    get = (lambda k: hf_config.get(k)) if isinstance(hf_config, dict) else (lambda k: getattr(hf_config, k, None))
+    get = lambda key: cfg_get(hf_config, key)  # noqa: E731 - a dict, or the checkpoint's HF config
     h, layers, heads = get("hidden_size"), get("num_hidden_layers"), get("num_attention_heads")
     if not (h and layers and heads):
         return None
@@ -96,4 +96,4 @@ def mirror_bytes(hf_config: Any, rank: int, target_modules: Any, dtype_bytes: in
             "i": get("intermediate_size") or 0}
     leaves = hf_leaves(target_modules) or ALL_LINEAR_HF
     per_layer = sum(rank * (dims[a] + dims[b]) for leaf, (a, b) in LINEAR_DIMS.items() if leaf in leaves)
-    return per_layer * layers * dtype_bytes
+    return per_layer * layers * 2  # 2 bytes an element: the pool's 16-bit dtype

@@ -116,12 +116,10 @@ def trace_layout(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor]) ->
         for (buffer, key), trace in trace_layer(manager, uid, layer, probes, keys).items():
             blocks.extend(blocks_from_trace(trace.numpy(), specs, buffer, key, layer))
     used = {b.src for b in blocks if b.src is not None}
-    by_name = {s.name: s for s in specs}
+    numel = {s.name: s.numel for s in specs}
     for b in blocks:
-        if b.src is not None:
-            spec = by_name[b.src]
-            last = b.offset + (b.rows - 1) * b.stride + b.cols
-            if b.offset < 0 or last > spec.numel:
-                raise ResidentError(E.TRACE_INCONSISTENT, f"traced block reads outside {b.src}: {b}")
+        last = b.offset + (b.rows - 1) * b.stride + b.cols  # one past the last source element the block reads
+        if b.src is not None and (b.offset < 0 or last > numel[b.src]):
+            raise ResidentError(E.TRACE_INCONSISTENT, f"traced block reads outside {b.src}: {b}")
     return SlotLayout(sources=specs, blocks=tuple(blocks),
                       unused_sources=tuple(sorted(s.name for s in specs if s.name not in used)))
