@@ -37,7 +37,8 @@ if str(ROOT) not in sys.path:  # the package beside this script, installed or no
 RESULTS = ROOT / "docs" / "results"
 STEP_RE = re.compile(r"step:(\d+) - (.*)")
 # pytest's closing line ("7 passed, 1 skipped in 95.20s"): a run stopped by a timeout has none and makes no record
-PYTEST_SUMMARY_RE = re.compile(r"\b\d+ (passed|failed|errors?)\b.* in [0-9.]+s")
+PYTEST_SUMMARY_RE = re.compile(r"\b\d+ (passed|failed|skipped|xfailed|xpassed|deselected|errors?|warnings?)\b"
+                               r".* in [0-9.]+s")
 E2E_KEYS = ("critic/score/mean", "timing_s/step", "sglang_lora/sync_total_ms", "sglang_lora/sync_inplace",
             "sglang_lora/resident_fallbacks", "sglang_lora/staleness_max", "sglang_lora/base_policy_samples",
             "sglang_lora/served_effect_verdict", "sglang_lora/served_effect_error", "sglang_lora/served_effect_snr",
@@ -235,7 +236,9 @@ def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
 STOCK_VS_PLUGIN_KEYS = {"rewards": "critic/score/mean", "step_s": "timing_s/step",
                         "update_weights_s": "timing_s/update_weights", "plugin_sync_ms": "sglang_lora/sync_total_ms",
                         "served_effect_verdict": "sglang_lora/served_effect_verdict",
-                        "plugin_resume_kv_ms": "sglang_lora/resume_kv_ms", "plugin_canary_ms": "sglang_lora/canary_ms"}
+                        "plugin_resume_kv_ms": "sglang_lora/resume_kv_ms", "plugin_canary_ms": "sglang_lora/canary_ms",
+                        "plugin_sync_inplace": "sglang_lora/sync_inplace",
+                        "plugin_resident_fallbacks": "sglang_lora/resident_fallbacks"}
 # the plugin's version figures per step (runtime/sync/metrics.py); verl's stock path keeps none
 VERSION_TAG_KEYS = {"sync_version": "sglang_lora/sync_version", "served_version_min": "sglang_lora/served_version_min",
                     "served_version_max": "sglang_lora/served_version_max",
@@ -281,9 +284,11 @@ def stock_vs_plugin_figures(log: str, path: str, trainer: str, mem_samples: Path
             "sync_ms": [None if x is None else round(x * 1000, 3) for x in series["update_weights_s"]],
             "sync_ms_from": SYNC_MS_FROM,
             "plugin_sync_ms": None if stock else series["plugin_sync_ms"],
-            # the rest of the plugin's update_weights phase: KV cache resume, then cache flush + canary request
+            # after the sync in verl's update_weights timer: the KV cache resume, then the cache flush + the canary
             "plugin_resume_kv_ms": None if stock else series["plugin_resume_kv_ms"],
             "plugin_canary_ms": None if stock else series["plugin_canary_ms"],
+            "plugin_sync_inplace": None if stock else series["plugin_sync_inplace"],  # 1: written in place
+            "plugin_resident_fallbacks": None if stock else series["plugin_resident_fallbacks"],
             "sglang_gpu_gib": _gib_by_step(gpu["sglang"], n), "trainer_gpu_gib": _gib_by_step(gpu["trainer"], n),
             "gpu_measured": GPU_PEAK_MEASURED + "; per step: the largest sample within the step",
             "lora_slots_used": [held[i]["adapters"] if i in held else None for i in range(1, n + 1)],
@@ -485,12 +490,23 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
            "`rollout.name=sglang_lora` (**plugin**), one after the other, each alone on the GPU. Plot: `python "
            "scripts/plot_stock_vs_plugin.py` writes docs/stock_vs_plugin.png. Per step in "
            "docs/results/stock_vs_plugin.json; here medians over the steps and first/last values.", "",
-           "- step 1 s: the first step, which also serves SGLang's first batch after launch (on the plugin, the "
-           "canary's two scoring requests at the sync before step 1 come first).",
-           f"- sync ms: {SYNC_MS_FROM}. verl's timer also holds what follows the sync in its update_weights: the KV "
-           "cache resume and, on the plugin, a cache flush and the canary's two scoring requests (per step in the "
-           "record as plugin_resume_kv_ms and plugin_canary_ms where the run logged them). The adapter sync alone, "
-           "both ways on one server: the sync matrix's inplace and verl_stock rows above.",
+           "- step 1 s: the first step, kernel compilation and warm-up included. The script runs stock first and the "
+           "plugin second on the same host, so the plugin's run can reuse kernels the stock run compiled (Triton's "
+           "on-disk cache): step 1 does not compare the two paths.",
+           f"- sync ms: {SYNC_MS_FROM}. verl 0.9.1's timer (workers/engine_workers.py `update_weights`) holds more "
+           "than the sync: before it, a `resume(tags=['weights'])` call on any rollout name but `sglang` (on the "
+           "plugin a Ray round trip to the server actor, which drops the tag: adapter mode never releases the "
+           "weights) and the trainer's parameter gather; after it, a device synchronize, `empty_cache`, a barrier "
+           "and the KV cache resume, which on the plugin also flushes the prefix cache and runs the canary (one "
+           "scoring request with the new adapter, one on the base). The plugin reports the last two per step as "
+           "`sglang_lora/resume_kv_ms` and `canary_ms` (plugin_resume_kv_ms, plugin_canary_ms in the record; null "
+           "where the run's plugin did not report them).",
+           "- in place / fallbacks: the plugin's syncs written in place into a resident slot, of all syncs, and the "
+           "in-place writes that failed a check and were loaded the ordinary way.",
+           "- The adapter sync alone, both ways on one server, at the 0.6B and 8B shapes (not this example's tiny "
+           "model): the sync matrix's inplace and verl_stock rows above, verl_stock being verl's own adapter-sync "
+           "code (`ServerAdapter.update_weights`: unload, then load from tensors) with its engine calls forwarded "
+           "in-process (no HTTP hop) and no byte check.",
            f"- SGLang GPU GiB: {GPU_PEAK_MEASURED}; per step, the largest sample within the step.",
            f"- LoRA adapters held: {LORA_SLOTS_FROM}.",
            "- host RSS GiB: the summed RSS of the run's Ray and SGLang processes, the largest sample within the step.",
@@ -498,10 +514,10 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
            f"{STOCK_NO_TAGS}.", ""]
     ran = [r for r in runs if r["figures"]["steps"]]
     if ran:
-        out += ["| where | path | trainer | steps | step 1 s | step s p50 | sync ms p50 | plugin sync ms p50 | SGLang GPU GiB "
-                "first / last / peak | LoRA adapters held first / last / max | host RSS GiB first / last | mean "
+        out += ["| where | path | trainer | steps | step 1 s | step s p50 | sync ms p50 | plugin sync ms p50 | in place "
+                "/ fallbacks | SGLang GPU GiB first / last / peak | LoRA adapters held first / last / max | host RSS GiB first / last | mean "
                 "reward | first step >= 0.8 | served-effect fails | version tags first -> last | tracebacks |",
-                "|---" * 16 + "|"]
+                "|---" * 17 + "|"]
         for r in ran:
             f = r["figures"]
             gpu, held, rss = f["sglang_gpu_gib"], f["lora_slots_used"], f["host_rss_gib"]
@@ -509,22 +525,37 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
             if tags:
                 lo, hi = _ends(tags.get("sync_version"))
                 stale = _peak(tags.get("staleness_max") or [])
-                tag_cell = f"sync version {_fmt(lo)} -> {_fmt(hi)}, staleness max {_fmt(stale)}"
+                base = sum(x or 0 for x in tags.get("base_policy_samples") or [])
+                tag_cell = (f"sync version {_fmt(lo)} -> {_fmt(hi)}, staleness max {_fmt(stale)}, base-policy "
+                            f"samples {_fmt(base)}")
             else:
                 tag_cell = "none (stock)"
             out.append(
                 f"| {_where(r)} | {f['path']} | {f['trainer']} | {f['steps']} | {_fmt(f['step_s'][0])} | "
                 f"{_fmt(_median(f['step_s']))} | "
                 f"{_fmt(_median(f['sync_ms']))} | {_fmt(_median(f.get('plugin_sync_ms') or []))} | "
+                f"{_inplace_cell(f)} | "
                 + " / ".join(_fmt(x) for x in (*_ends(gpu), _peak(gpu))) + " | "
                 + " / ".join(_fmt(x) for x in (*_ends(held), _peak(held))) + " | "
                 + " / ".join(_fmt(x) for x in _ends(rss))
                 + f" | {_fmt(_mean(f['rewards']))} | {_fmt(_first_at_least(f['rewards']))} | "
                 f"{'-' if f.get('served_effect_verdict') is None else _fails(f['served_effect_verdict'])} | "
                 f"{tag_cell} | {f['tracebacks']} |")
+        out += ["", "Commands:", ""] + [f"- {r['figures']['path']}, {r['figures']['trainer']} (`{r['commit']}`): "
+                                         f"`{r['command']}`" for r in ran]
         out += ["", "![SGLang GPU memory and sync ms per step, both paths](stock_vs_plugin.png)"]
     out += _stopped_line(runs, lambda f: f"{f['trainer']} {f['path']}")
     return out + [""]
+
+
+def _inplace_cell(f: dict[str, Any]) -> str:
+    """``in place/syncs / fallbacks`` of a plugin run; '-' for stock or a record without the series."""
+    inplace, fallbacks = f.get("plugin_sync_inplace"), f.get("plugin_resident_fallbacks")
+    if not inplace:
+        return "-"
+    done = [x for x in inplace if x is not None]
+    failed = [x for x in fallbacks or [] if x is not None]
+    return f"{sum(1 for x in done if x >= 1)}/{len(done)} / {_fmt(sum(failed)) if failed else '-'}"
 
 
 def band(curves: list[list[float]]) -> tuple[list[float], list[float]]:

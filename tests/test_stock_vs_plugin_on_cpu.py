@@ -35,7 +35,8 @@ STOCK_STEP = (PREFIX + "step:{s} - global_seqlen/min:3568.0 - critic/score/mean:
 PLUGIN_STEP = (PREFIX + "step:{s} - global_seqlen/min:3568.0 - critic/score/mean:{r} - "
                "sglang_lora/base_policy_samples:{base} - sglang_lora/samples:64.0 - "
                "sglang_lora/served_effect_verdict:{verdict} - sglang_lora/served_version_max:{sv} - "
-               "sglang_lora/served_version_min:{sv} - sglang_lora/staleness_max:0.0 - sglang_lora/sync_inplace:1.0 - "
+               "sglang_lora/served_version_min:{sv} - sglang_lora/staleness_max:0.0 - sglang_lora/sync_inplace:{s}.0 - "
+               "sglang_lora/resident_fallbacks:0.0 - "
                "sglang_lora/sync_total_ms:{ms} - sglang_lora/sync_version:{v} - sglang_lora/resume_kv_ms:1.5 - "
                "sglang_lora/canary_ms:{s}0.0 - timing_s/update_weights:{w} - timing_s/step:{t}")
 TITLES = {11: "ray::WorkerDict.actor_rollout_update_actor", 12: "ray::SGLangHttpServer.generate",
@@ -88,7 +89,7 @@ def test_a_stock_run_becomes_per_step_figures_without_version_tags(tmp_path: Pat
     assert f["lora_slots_used"] == [1, 1, 1] and f["lora_adapter_names"][0] == ["verl_actor_lora_name"]
     assert "pool slots" in f["lora_slots_from"] and "0.5.12" in f["lora_slots_from"]
     assert f["plugin_sync_ms"] is None and f["served_effect_verdict"] is None and f["version_tags"] is None
-    assert f["plugin_resume_kv_ms"] is None and f["plugin_canary_ms"] is None
+    assert f["plugin_resume_kv_ms"] is None and f["plugin_canary_ms"] is None and f["plugin_sync_inplace"] is None
     assert "fixed name" in f["version_tags_absent"] and f["gpu_samples"] == 3 and f["first_error"] is None
 
 
@@ -103,6 +104,7 @@ def test_a_plugin_run_keeps_its_sync_time_verdicts_and_version_tags(tmp_path: Pa
     assert f["plugin_sync_ms"] == [45.5, 9.1, 8.7] and f["sync_ms"] == [200.0, 50.0, 40.0]
     # what verl's update_weights timer holds after the sync: the KV resume, then the flush and the canary
     assert f["plugin_resume_kv_ms"] == [1.5, 1.5, 1.5] and f["plugin_canary_ms"] == [10.0, 20.0, 30.0]
+    assert f["plugin_sync_inplace"] == [1.0, 2.0, 3.0] and f["plugin_resident_fallbacks"] == [0.0, 0.0, 0.0]
     assert f["served_effect_verdict"] == [0.0, 1.0, -1.0] and f["version_tags_absent"] is None
     assert f["version_tags"]["sync_version"] == [1.0, 2.0, 3.0]
     assert f["version_tags"]["served_version_min"] == [0.0, 1.0, 2.0]
@@ -132,10 +134,12 @@ def test_records_render_one_row_per_run_and_none_says_so(tmp_path: Path) -> None
     assert "## verl's stock LoRA path vs the plugin" in page and "stock_vs_plugin.png" in page
     # stock: step 1 s, step s p50, sync ms, no plugin sync; SGLang GiB first/last/peak; adapters held first/last/max; RSS
     # first/last; mean reward; first step >= 0.8; no verdict; no tags
-    assert ("| stock | fsdp | 3 | 6 | 6 | 500 | - | 10 / 11 / 11 | 1 / 1 / 1 | 1 / 2 | 0.7 | 2 | - | none (stock) | 0 |"
+    assert ("| stock | fsdp | 3 | 6 | 6 | 500 | - | - | 10 / 11 / 11 | 1 / 1 / 1 | 1 / 2 | 0.7 | 2 | - | none (stock) | 0 |"
             in page)
-    assert "| plugin | fsdp | 2 | 4 | 4 | 20 | 9 | - / - / - | - / - / - | - / - | 0.2 | - | 1 | sync version 1 -> 2, " \
-           "staleness max 0 | 0 |" in page
+    # 2 of 2 syncs in place, 0 fallbacks; base-policy samples summed over the steps
+    assert "| plugin | fsdp | 2 | 4 | 4 | 20 | 9 | 2/2 / 0 | - / - / - | - / - / - | - / - | 0.2 | - | 1 | sync version 1 " \
+           "-> 2, staleness max 0, base-policy samples 0 | 0 |" in page
+    assert "- stock, fsdp (`c0`): `x`" in page  # each run's own command under the table
     assert "megatron stock (0 tracebacks; first error: `ValueError: max_lora_rank`)" in page
     empty = records.render_benchmarks({})
     assert "stock LoRA path vs the plugin" not in empty  # no records, no section

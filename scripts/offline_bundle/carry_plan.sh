@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Group the files of a parts folder (.whl/parts, from build.py) into batch folders .whl/b0, .whl/b1, ...
-# of at most LIMIT_MIB each (default 60; the device tool carries 64 MiB per call, repo included),
-# first-fit decreasing, and print the device calls that carry them one after another.
+# of at most LIMIT_MIB each (default 60: one batch plus this checkout fits a transport that caps one transfer at
+# 64 MiB), first-fit decreasing, and print what to run on the GPU host as each batch arrives there.
 #
 #   bash scripts/offline_bundle/carry_plan.sh [PARTS=.whl/parts] [LIMIT_MIB=60]
 #   BATCH_PREFIX=m DEVICE_DIR=/tmp/mcore INSTALL_HINT="bash scripts/device/megatron_stack.sh build-bg /tmp/mcore" \
 #       bash scripts/offline_bundle/carry_plan.sh .whl/mcore/parts 58
 #
-# Batches are written beside PARTS, named BATCH_PREFIX0, BATCH_PREFIX1, ... (default b). Every call carries one
-# batch and copies it into DEVICE_DIR (default /tmp/whl; the machine keeps /tmp while warm, i.e. while the calls
-# follow each other within ~30 s). Where PARTS has a SHA256SUMS (from build.py), it rides in the last batch, whose
-# call then runs INSTALL_HINT (default: install.sh of the wheel bundle into /tmp/site).
+# Batches are written beside PARTS, named BATCH_PREFIX0, BATCH_PREFIX1, ... (default b). Each batch, once copied to
+# the host beside the checkout, goes into DEVICE_DIR (default /tmp/whl). Where PARTS has a SHA256SUMS (from
+# build.py), it rides in the last batch, whose line then runs INSTALL_HINT (default: install.sh of the wheel bundle
+# into /tmp/site); install.sh checks that every part arrived.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PARTS=${1:-$ROOT/.whl/parts}
@@ -49,11 +49,11 @@ total = sum(b[0] for b in bins)
 print(f"{len(bins)} batches, {total / 2**20:.1f} MiB in all:")
 for i, (used, files) in enumerate(bins):
     print(f"  {rel}/{prefix}{i}: {used / 2**20:5.1f} MiB, {len(files)} files")
-print("\ndevice calls, in order (each within ~30 s of the last, so the machine stays warm):")
+print("\non the GPU host, in the checkout, once each batch folder has been copied there (the last one last):")
 for i in range(len(bins)):
     src = f"{rel}/{prefix}{i}"
-    cmd = f"mkdir -p {device_dir} && cp -al {src}/. {device_dir}/ 2>/dev/null || cp -a {src}/. {device_dir}/"
+    cmd = f"mkdir -p {device_dir} && cp -a {src}/. {device_dir}/"
     if sums and i == len(bins) - 1:
         cmd += f" && {install_hint}"
-    print(f'  run(carry=["{src}"], command="{cmd}")')
+    print(f"  {cmd}")
 PY

@@ -50,7 +50,7 @@ class SyncMetrics:
     samples: int = figure(SUM)
     base_policy_samples: int = figure(SUM)  # served before any adapter was active (version -1)
     # inside verl's update_weights timer after the sync: resume_memory(kv_cache) in SGLang, then the cache flush and
-    # the canary's scoring request for the newest adapter (0 in a step with no KV cache resume)
+    # the canary's two scoring requests, with the newest adapter and on the base (0 in a step with no KV cache resume)
     resume_kv_ms: float = figure(MAX, 0.0)
     canary_ms: float = figure(MAX, 0.0)
     staleness_n: int = 0
