@@ -291,6 +291,8 @@ def stock_vs_plugin_figures(log: str, path: str, trainer: str, mem_samples: Path
             "plugin_resident_fallbacks": None if stock else series["plugin_resident_fallbacks"],
             "sglang_gpu_gib": _gib_by_step(gpu["sglang"], n), "trainer_gpu_gib": _gib_by_step(gpu["trainer"], n),
             "gpu_measured": GPU_PEAK_MEASURED + "; per step: the largest sample within the step",
+            # each process title's largest sample over the run (which of SGLang's processes holds what)
+            "gpu_peak_mib_by_process": sampler.gpu_peaks(rows)["series"] if rows else None,
             "lora_slots_used": [held[i]["adapters"] if i in held else None for i in range(1, n + 1)],
             "lora_adapter_names": [held[i]["names"] if i in held else None for i in range(1, n + 1)],
             "lora_slots_from": LORA_SLOTS_FROM,
@@ -541,6 +543,12 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
                 + f" | {_fmt(_mean(f['rewards']))} | {_fmt(_first_at_least(f['rewards']))} | "
                 f"{'-' if f.get('served_effect_verdict') is None else _fails(f['served_effect_verdict'])} | "
                 f"{tag_cell} | {f['tracebacks']} |")
+        by_process = [r for r in ran if r["figures"].get("gpu_peak_mib_by_process")]
+        if by_process:
+            out += ["", "GPU memory per process, the largest sample over the run (MiB, nvidia-smi):", ""]
+            out += [f"- {r['figures']['path']}, {r['figures']['trainer']} (`{r['commit']}`): " + ", ".join(
+                f"{name} {mib:.0f}" for name, mib in r["figures"]["gpu_peak_mib_by_process"].items() if mib)
+                for r in by_process]
         out += ["", "Commands:", ""] + [f"- {r['figures']['path']}, {r['figures']['trainer']} (`{r['commit']}`): "
                                          f"`{r['command']}`" for r in ran]
         out += ["", "![SGLang GPU memory and sync ms per step, both paths](stock_vs_plugin.png)"]

@@ -61,3 +61,36 @@ def test_mirror_bytes_is_the_adapters_flat_size() -> None:
     attention = (3072 + 2048 + 2048 + 3072) * 32 * 28 * 2
     assert mirror_bytes(qwen3_06b, 32, ["q_proj", "k_proj", "v_proj", "o_proj"]) == attention
     assert mirror_bytes({"model_type": "unknown"}, 32, "all-linear") is None
+
+
+def _fake_nvidia_smi(bin_dir, stdout: str) -> None:
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\nprintf '{stdout}'\n")
+    tool.chmod(0o755)
+
+
+def test_the_slots_memory_comes_off_sglangs_fraction_of_the_gpu_nvidia_smi_reports(tiny_qwen3, tmp_path, monkeypatch,
+                                                                                   caplog) -> None:
+    """The GPU's size is read as SGLang reads it for its own defaults (nvidia-smi, its smallest GPU), never through
+    torch.cuda.mem_get_info, which would create a CUDA context in the server actor; the real ServerArgs is built."""
+    import logging
+    import os
+
+    sa = pytest.importorskip("sglang.srt.server_args")
+    from verl_sglang_lora.verl_glue import server_args as glue
+
+    _fake_nvidia_smi(tmp_path, "81559\\n40960\\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert glue._gpu_total_bytes() == 40960 * 2**20
+    reserve = 2048 * 2**20  # two mirrors of a 1 GiB adapter
+    assert glue.reserve_memory({"mem_fraction_static": 0.5}, reserve, 40960 * 2**20)["mem_fraction_static"] == 0.45
+    make = glue.wrap_server_args(sa.ServerArgs, {}, reserve_bytes=reserve)
+    built = make(model_path=str(tiny_qwen3), device="cpu", mem_fraction_static=0.5, context_length=256)
+    assert built.mem_fraction_static == 0.45
+
+    # no nvidia-smi and no CUDA: the fraction stays and the launch log says what that leaves out
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert glue._gpu_total_bytes() == 0
+    with caplog.at_level(logging.WARNING, logger=glue.logger.name):
+        assert glue.reserve_memory({"mem_fraction_static": 0.5}, reserve, 0) == {"mem_fraction_static": 0.5}
+    assert "total memory is unknown here" in caplog.text and "2048.0 MiB" in caplog.text

@@ -84,6 +84,7 @@ def test_a_stock_run_becomes_per_step_figures_without_version_tags(tmp_path: Pat
     # a step's SGLang figure: scheduler + detokenizer + server actor within one sample, the step's largest sample
     assert f["sglang_gpu_gib"] == [round(21080 / 1024, 3), round(22104 / 1024, 3), None]
     assert f["trainer_gpu_gib"] == [12.0, 8.0, None]
+    assert f["gpu_peak_mib_by_process"]["trainer"] == 12288.0  # per process title, over the run
     assert f["host_rss_gib"] == [round((4096 + 4 * 512) / 1024, 3), 2.5, None]
     # the unload-then-load of step 2 left a sample with none registered; the step's figure is its most
     assert f["lora_slots_used"] == [1, 1, 1] and f["lora_adapter_names"][0] == ["verl_actor_lora_name"]
@@ -140,6 +141,7 @@ def test_records_render_one_row_per_run_and_none_says_so(tmp_path: Path) -> None
     assert "| plugin | fsdp | 2 | 4 | 4 | 20 | 9 | 2/2 / 0 | - / - / - | - / - / - | - / - | 0.2 | - | 1 | sync version 1 " \
            "-> 2, staleness max 0, base-policy samples 0 | 0 |" in page
     assert "- stock, fsdp (`c0`): `x`" in page  # each run's own command under the table
+    assert "- stock, fsdp (`c0`): sglang_scheduler 11264\n" in page  # which of the processes holds what
     assert "megatron stock (0 tracebacks; first error: `ValueError: max_lora_rank`)" in page
     empty = records.render_benchmarks({})
     assert "stock LoRA path vs the plugin" not in empty  # no records, no section

@@ -65,7 +65,12 @@ def reserve_memory(args: dict[str, Any], reserve_bytes: int, total_bytes: int) -
     """``args`` with ``mem_fraction_static`` lowered by ``reserve_bytes`` of the GPU's ``total_bytes``: memory the
     plugin allocates in SGLang's process after SGLang sized its KV cache (the resident slots' read-back mirrors)."""
     fraction = args.get("mem_fraction_static")
-    if not reserve_bytes or not fraction or not total_bytes:
+    if not reserve_bytes or not fraction:
+        return args
+    if not total_bytes:
+        logger.warning("sglang_lora: the GPU's total memory is unknown here (nvidia-smi and CUDA gave none): "
+                       "mem_fraction_static stays %s, and the resident slots' %.1f MiB of read-back mirrors come on "
+                       "top of it", fraction, reserve_bytes / 2**20)
         return args
     lowered = round(float(fraction) - reserve_bytes / total_bytes, 4)
     logger.warning("sglang_lora: mem_fraction_static %s -> %s: %.1f MiB kept free for the resident slots' read-back "
@@ -112,11 +117,15 @@ def wrap_server_args(
 
 
 def _gpu_total_bytes() -> int:
+    """The GPU's total memory as SGLang reads it for its own defaults (``sglang.srt.utils.get_nvgpu_memory_capacity``:
+    the smallest ``memory.total`` nvidia-smi lists, in MiB). Not ``torch.cuda.mem_get_info``: that creates a CUDA
+    context in this server actor, hundreds of MiB of GPU memory held for its life outside SGLang's fraction, in a
+    process that otherwise never touches the GPU. 0 where neither nvidia-smi nor CUDA answers."""
     try:
-        import torch
+        from sglang.srt.utils import get_nvgpu_memory_capacity
 
-        return int(torch.cuda.mem_get_info()[1]) if torch.cuda.is_available() else 0
-    except Exception:  # noqa: BLE001 - no GPU visible here: SGLang's own fraction stands, the launch log says so
+        return int(get_nvgpu_memory_capacity() * 2**20)
+    except Exception:  # noqa: BLE001 - no GPU visible here: reserve_memory says the fraction stands
         return 0
 
 
