@@ -76,9 +76,15 @@ def test_the_slots_memory_comes_off_sglangs_fraction_of_the_gpu_nvidia_smi_repor
     import logging
     import os
 
+    import torch
+
     sa = pytest.importorskip("sglang.srt.server_args")
     from verl_sglang_lora.verl_glue import server_args as glue
 
+    def no_context(*_: object) -> None:
+        raise AssertionError("torch.cuda.mem_get_info would create a CUDA context in the server actor")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_context)
     _fake_nvidia_smi(tmp_path, "81559\\n40960\\n")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     assert glue._gpu_total_bytes() == 40960 * 2**20
@@ -89,6 +95,7 @@ def test_the_slots_memory_comes_off_sglangs_fraction_of_the_gpu_nvidia_smi_repor
     assert built.mem_fraction_static == 0.45
 
     # no nvidia-smi and no CUDA: the fraction stays and the launch log says what that leaves out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert glue._gpu_total_bytes() == 0
     with caplog.at_level(logging.WARNING, logger=glue.logger.name):

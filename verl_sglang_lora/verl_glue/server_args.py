@@ -68,7 +68,8 @@ def reserve_memory(args: dict[str, Any], reserve_bytes: int, total_bytes: int) -
     if not reserve_bytes or not fraction:
         return args
     if not total_bytes:
-        logger.warning("sglang_lora: the GPU's total memory is unknown here (nvidia-smi and CUDA gave none): "
+        logger.warning("sglang_lora: the GPU's total memory is unknown here (neither nvidia-smi nor SGLang's CUDA fallback gave "
+                       "one): "
                        "mem_fraction_static stays %s, and the resident slots' %.1f MiB of read-back mirrors come on "
                        "top of it", fraction, reserve_bytes / 2**20)
         return args
@@ -118,9 +119,10 @@ def wrap_server_args(
 
 def _gpu_total_bytes() -> int:
     """The GPU's total memory as SGLang reads it for its own defaults (``sglang.srt.utils.get_nvgpu_memory_capacity``:
-    the smallest ``memory.total`` nvidia-smi lists, in MiB). Not ``torch.cuda.mem_get_info``: that creates a CUDA
-    context in this server actor, hundreds of MiB of GPU memory held for its life outside SGLang's fraction, in a
-    process that otherwise never touches the GPU. 0 where neither nvidia-smi nor CUDA answers."""
+    the smallest ``memory.total`` nvidia-smi lists, in MiB). Not ``torch.cuda.mem_get_info`` first: that creates a
+    CUDA context in this server actor, hundreds of MiB of GPU memory held for its life outside SGLang's fraction, in a
+    process that otherwise never touches the GPU. Where nvidia-smi gives no size (MIG, no nvidia-smi) SGLang falls
+    back to ``mem_get_info`` itself (0.5.12 on), as its own ServerArgs then does. 0 where nothing answers."""
     try:
         from sglang.srt.utils import get_nvgpu_memory_capacity
 
