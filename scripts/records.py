@@ -161,6 +161,12 @@ def _peak(xs: list[float | None]) -> float | None:
     return max(xs) if xs else None
 
 
+def _total(xs: list[float | None] | None) -> float | None:
+    """The sum of a per-step count over the steps that logged it; None where none did (not 0)."""
+    xs = _numbers(xs or [])
+    return sum(xs) if xs else None
+
+
 GPU_PEAK_MEASURED = (
     "nvidia-smi --query-compute-apps used_memory of each process, sampled every second through the run "
     "(scripts/device/mem_sampler.py): the driver's per-process figure -- CUDA context, the allocator's cache and "
@@ -517,8 +523,9 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
     ran = [r for r in runs if r["figures"]["steps"]]
     if ran:
         out += ["| where | path | trainer | steps | step 1 s | step s p50 | sync ms p50 | plugin sync ms p50 | in place "
-                "/ fallbacks | SGLang GPU GiB first / last / peak | LoRA adapters held first / last / max | host RSS GiB first / last | mean "
-                "reward | first step >= 0.8 | served-effect fails | version tags first -> last | tracebacks |",
+                "/ fallbacks | SGLang GPU GiB first / last / peak | LoRA adapters held first / last / max | host RSS "
+                "GiB first / last | mean reward | first step >= 0.8 | served-effect fails | version tags first -> last "
+                "| tracebacks |",
                 "|---" * 17 + "|"]
         for r in ran:
             f = r["figures"]
@@ -527,9 +534,8 @@ def render_stock_vs_plugin(runs: list[dict[str, Any]]) -> list[str]:
             if tags:
                 lo, hi = _ends(tags.get("sync_version"))
                 stale = _peak(tags.get("staleness_max") or [])
-                base = sum(x or 0 for x in tags.get("base_policy_samples") or [])
                 tag_cell = (f"sync version {_fmt(lo)} -> {_fmt(hi)}, staleness max {_fmt(stale)}, base-policy "
-                            f"samples {_fmt(base)}")
+                            f"samples {_fmt(_total(tags.get('base_policy_samples')))}")
             else:
                 tag_cell = "none (stock)"
             out.append(
@@ -561,9 +567,8 @@ def _inplace_cell(f: dict[str, Any]) -> str:
     inplace, fallbacks = f.get("plugin_sync_inplace"), f.get("plugin_resident_fallbacks")
     if not inplace:
         return "-"
-    done = [x for x in inplace if x is not None]
-    failed = [x for x in fallbacks or [] if x is not None]
-    return f"{sum(1 for x in done if x >= 1)}/{len(done)} / {_fmt(sum(failed)) if failed else '-'}"
+    done = _numbers(inplace)
+    return f"{sum(1 for x in done if x >= 1)}/{len(done)} / {_fmt(_total(fallbacks))}"
 
 
 def band(curves: list[list[float]]) -> tuple[list[float], list[float]]:

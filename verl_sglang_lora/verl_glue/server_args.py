@@ -68,10 +68,9 @@ def reserve_memory(args: dict[str, Any], reserve_bytes: int, total_bytes: int) -
     if not reserve_bytes or not fraction:
         return args
     if not total_bytes:
-        logger.warning("sglang_lora: the GPU's total memory is unknown here (neither nvidia-smi nor SGLang's CUDA fallback gave "
-                       "one): "
-                       "mem_fraction_static stays %s, and the resident slots' %.1f MiB of read-back mirrors come on "
-                       "top of it", fraction, reserve_bytes / 2**20)
+        logger.warning("sglang_lora: the GPU's total memory is unknown here (neither nvidia-smi nor SGLang's CUDA "
+                       "fallback gave one): mem_fraction_static stays %s, and the resident slots' %.1f MiB of "
+                       "read-back mirrors come on top of it", fraction, reserve_bytes / 2**20)
         return args
     lowered = round(float(fraction) - reserve_bytes / total_bytes, 4)
     logger.warning("sglang_lora: mem_fraction_static %s -> %s: %.1f MiB kept free for the resident slots' read-back "
