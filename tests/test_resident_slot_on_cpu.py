@@ -106,8 +106,8 @@ def _assert_case(c: dict, tp: int, rank: int) -> None:
     # q/k/v keep separate row blocks in B (k/v rows per rank follow the kv-head split)
     assert sorted(map(tuple, c["qkv_B_rows"])) == [("k_proj", 32 // tp), ("q_proj", 64 // tp), ("v_proj", 32 // tp)]
     # deliberately wrong plans are reported where they are wrong
-    assert c["swapped_kv_mismatches"] == ["A.qkv_proj.0", "A.qkv_proj.1", "B.qkv_proj.0", "B.qkv_proj.1"]
-    assert c["missing_layer_mismatches"] == [f"{f}.{m}.1" for f in "AB"
+    assert c["swapped_kv_mismatches"] == [f"{f}[qkv_proj][layer {n}]" for f in "AB" for n in (0, 1)]
+    assert c["missing_layer_mismatches"] == [f"{f}[{m}][layer 1]" for f in "AB"
                                              for m in ("down_proj", "gate_up_proj", "o_proj", "qkv_proj")]
     # the custom-weight-loader entry point, end to end
     attach, write, compare = c["attach_status"], c["write_status"], c["compare_status"]
@@ -230,21 +230,24 @@ def test_protocol_round_trip_and_apply_never_raises():
         P.parse([*P.request_tensors("attach", status, slot="s"), (P.REPLY_STATUS_NAME, P.new_status())])
 
 
-def test_manager_found_through_the_model_runner_and_directly():
-    from verl_sglang_lora.runtime.resident.access import find_lora_manager
+def test_manager_found_through_the_model_runner():
+    from verl_sglang_lora.runtime.resident.access import ResidentError, find_lora_manager
 
-    class Manager:
+    class LoRAManager:  # found by its SGLang class name and its base_model
         def __init__(self, model):
             self.base_model, self.memory_pool, self.lora_modules = model, object(), []
 
     class Runner:
         def __init__(self, model):
-            self.model, self.lora_manager = model, Manager(model)
+            self.model, self.lora_manager = model, LoRAManager(model)
 
-    model = torch.nn.Linear(2, 2)
-    runner = Runner(model)
+    model, other_model = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    other, runner = Runner(other_model), Runner(model)  # another launch's manager is never taken for this model's
     assert find_lora_manager(model) is runner.lora_manager
     assert find_lora_manager(model) is runner.lora_manager  # cached
+    assert find_lora_manager(other_model) is other.lora_manager
+    with pytest.raises(ResidentError, match="enable-lora"):
+        find_lora_manager(torch.nn.Linear(2, 2))
 
 
 def test_a_pool_wider_than_the_adapter_makes_strided_slot_views() -> None:

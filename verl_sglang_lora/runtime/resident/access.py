@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import inspect
 import weakref
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from .protocol import ErrorCode as E
 
@@ -23,48 +23,19 @@ class ResidentError(RuntimeError):
         self.code = code
 
 
-def _is_manager_of(obj: Any, model: Any) -> bool:
-    return (getattr(obj, "base_model", None) is model and hasattr(obj, "memory_pool")
-            and hasattr(obj, "lora_modules"))
-
-
-def _owners(ref: Any) -> Iterator[Any]:
-    """An instance whose attributes live in a plain ``__dict__`` refers to the model through that dict."""
-    if isinstance(ref, dict):
-        for owner in gc.get_referrers(ref):
-            if getattr(owner, "__dict__", None) is ref:
-                yield owner
-    else:
-        yield ref
-
-
-def _manager_in(candidates: Iterable[Any], model: Any) -> Any | None:
-    for obj in candidates:
-        try:  # arbitrary objects: some answer attribute probes with side effects or errors
-            if _is_manager_of(obj, model):
-                return obj
-            runner_manager = getattr(obj, "lora_manager", None) if getattr(obj, "model", None) is model else None
-            if runner_manager is not None and _is_manager_of(runner_manager, model):
-                return runner_manager
-        except Exception:  # noqa: BLE001
-            continue
-    return None
-
-
 def find_lora_manager(model: Any) -> Any:
-    """The ``LoRAManager`` serving ``model`` (raises ``ResidentError`` if LoRA is not enabled)."""
+    """The ``LoRAManager`` serving ``model`` (raises ``ResidentError`` if LoRA is not enabled). SGLang hands a custom
+    loader only the model; its manager (``model_runner.lora_manager``) is the live ``LoRAManager`` whose
+    ``base_model`` is that model, found once per model among the collector's objects and then cached."""
     ref = _MANAGERS.get(id(model))
     cached = ref() if ref is not None else None
     if cached is not None and cached.base_model is model:
         return cached
-    refs = [owner for ref in gc.get_referrers(model) for owner in _owners(ref)]
-    manager = _manager_in(refs, model)
-    if manager is None:  # slow path: any live object (only ever at attach)
-        manager = _manager_in((o for o in gc.get_objects() if type(o).__name__ == "LoRAManager"), model)
-    if manager is None:
+    found = [o for o in gc.get_objects() if type(o).__name__ == "LoRAManager" and getattr(o, "base_model", None) is model]
+    if not found:
         raise ResidentError(E.LORA_DISABLED, "no LoRAManager holds the served model: launch SGLang with --enable-lora")
-    _MANAGERS[id(model)] = weakref.ref(manager)
-    return manager
+    _MANAGERS[id(model)] = weakref.ref(found[0])
+    return found[0]
 
 
 def resolve_uid(manager: Any, slot: str) -> str:

@@ -3,7 +3,6 @@ sign all count (no checksum)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
@@ -51,45 +50,27 @@ def differing_pairs(pairs: Sequence[CopyPair]) -> list[int]:
     return torch.stack(flags).nonzero().flatten().tolist()  # one host sync for the whole plan
 
 
-@dataclass(frozen=True)
-class Mismatch:
-    """Where two slots differ: buffer family, module, layer, count of differing elements, first index."""
-
-    buffer: str
-    module: str
-    layer: Optional[int]
-    differing: int
-    total: int
-    first_index: tuple[int, ...]
-    left: float
-    right: float
-
-    def __str__(self) -> str:
-        where = f"{self.buffer}[{self.module}]" + (f"[layer {self.layer}]" if self.layer is not None else "")
-        return (f"{where}: {self.differing}/{self.total} elements differ, first at {self.first_index} "
-                f"({self.left!r} vs {self.right!r})")
-
-
-def _compare(buffer: str, module: str, layer: Optional[int], a: torch.Tensor, b: torch.Tensor) -> Optional[Mismatch]:
+def _difference(where: str, a: torch.Tensor, b: torch.Tensor) -> Optional[str]:
+    """Where ``a`` and ``b`` (one slot of one buffer each) differ bit for bit; None where they do not."""
     if a.shape != b.shape or a.dtype != b.dtype:
-        return Mismatch(buffer, module, layer, -1, a.numel(), tuple(a.shape), float("nan"), float("nan"))
+        return f"{where}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
     diff = bits(a) != bits(b)
     count = int(diff.sum())
     if count == 0:
         return None
     first = tuple(int(i) for i in torch.nonzero(diff)[0].tolist())
-    return Mismatch(buffer, module, layer, count, a.numel(), first, float(a[first]), float(b[first]))
+    return f"{where}: {count}/{a.numel()} elements differ, first at {first} ({float(a[first])!r} vs {float(b[first])!r})"
 
 
-def compare_slots(pool: Any, slot_a: int, slot_b: int) -> list[Mismatch]:
+def compare_slots(pool: Any, slot_a: int, slot_b: int) -> list[str]:
     """Every element of slot ``slot_a`` against slot ``slot_b``, all per-layer and embedding buffers (the whole slot:
-    a write a plan misses shows too)."""
-    out: list[Mismatch] = []
+    a write a plan misses shows too); one line per buffer that differs."""
+    out: list[Optional[str]] = []
     for family, buffers in (("A", pool.A_buffer), ("B", pool.B_buffer)):
         for module in sorted(buffers):
             for layer, buf in enumerate(buffers[module]):
-                out.append(_compare(family, module, layer, buf[slot_a], buf[slot_b]))
+                out.append(_difference(f"{family}[{module}][layer {layer}]", buf[slot_a], buf[slot_b]))
     for family in EMBEDDING_BUFFERS:
         for module, buf in sorted(getattr(pool, family, {}).items()):
-            out.append(_compare(family, module, None, buf[slot_a], buf[slot_b]))
+            out.append(_difference(f"{family}[{module}]", buf[slot_a], buf[slot_b]))
     return [m for m in out if m is not None]

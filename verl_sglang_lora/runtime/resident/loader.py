@@ -130,7 +130,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
     if req.op == "compare":
         mismatches = compare_slots(manager.memory_pool, slot, buffer_id(manager, resolve_uid(manager, req.get("ref") or "")))
         fields[P.MISMATCHES] = len(mismatches)
-        text = "\n".join(str(m) for m in mismatches) or "slots are byte-identical"
+        text = "\n".join(mismatches) or "slots are byte-identical"
         if mismatches:
             raise ResidentError(E.SLOTS_DIFFER, text)
         return fields, text

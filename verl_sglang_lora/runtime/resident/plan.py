@@ -103,23 +103,6 @@ def _runs(trace: np.ndarray) -> tuple[np.ndarray, ...]:
     return starts // cols, starts % cols, ends - starts, trace.ravel()[starts]
 
 
-def _split_progressions(bases: np.ndarray) -> list[tuple[int, int, int]]:
-    """Split consecutive-row bases into arithmetic progressions: (start index, count, stride)."""
-    diffs = np.diff(bases)
-    if len(diffs) == 0 or np.all(diffs == diffs[0]):  # the common case, one progression: no Python loop over rows
-        return [(0, len(bases), int(diffs[0]) if len(diffs) else 0)]
-    out: list[tuple[int, int, int]] = []
-    i, n = 0, len(bases)
-    while i < n:
-        j = min(i + 1, n - 1)  # the progression's last row; a last row alone is one of stride 0
-        stride = int(diffs[i]) if j > i else 0
-        while j + 1 < n and int(diffs[j]) == stride:
-            j += 1
-        out.append((i, j - i + 1, stride))
-        i = j + 1
-    return out
-
-
 def blocks_from_trace(trace: np.ndarray, sources: Sequence[SourceSpec], buffer: str, module: str,
                       layer: int) -> list[Block]:
     """Rectangles of ``trace`` (one slot of one pool buffer, 2-D) that map onto sources with unit column
@@ -146,12 +129,13 @@ def blocks_from_trace(trace: np.ndarray, sources: Sequence[SourceSpec], buffer: 
             continue
         spec = sources[k]
         bases = first[s:e] - spec.id_offset - 1
-        for i, n, stride in _split_progressions(bases):
-            # rows that repeat or run backwards (e.g. a replicated A): one block per row
-            parts_rows = [(i + t, 1) for t in range(n)] if stride < 0 else [(i, n)]
-            for j, m in parts_rows:
-                step = stride if m > 1 else spec.shape[-1]
-                blocks.append(Block(buffer, module, layer, int(row[s + j]), m, c0, w, spec.name, int(bases[j]), step))
+        diffs = np.diff(bases)
+        if len(diffs) and np.all(diffs == diffs[0]) and diffs[0] >= 0:  # rows that step evenly: one strided copy
+            runs = [(0, e - s, int(diffs[0]))]
+        else:  # one row, or rows that jump or run backwards (e.g. a reversed block): one block per row
+            runs = [(j, 1, spec.shape[-1]) for j in range(e - s)]
+        for j, m, step in runs:
+            blocks.append(Block(buffer, module, layer, int(row[s + j]), m, c0, w, spec.name, int(bases[j]), step))
     return sorted(blocks, key=lambda b: (b.layer, b.module, b.buffer, b.row0, b.col0))
 
 
