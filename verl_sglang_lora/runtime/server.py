@@ -611,10 +611,11 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self._unload_retry = [n for n in self._unload_retry if n not in names] + failed
 
     async def canary(self, prompt_ids: list[int], adapter: str) -> dict[str, float]:
-        """Log-probs of a fixed prompt with and without ``adapter``; the client judges the difference."""
+        """Log-probs of a fixed prompt with and without ``adapter``; the client judges the difference. The two
+        requests go in together: the scheduler can take them into one batch instead of two in a row."""
         raw = self._raw_generate_request or self.tokenizer_manager.generate_request
-        scores = {}
-        for label, lora_path in (("adapter", adapter), ("base", None)):
+
+        async def score(lora_path: str | None) -> list[float]:
             obj = io_struct("GenerateReqInput")(
                 input_ids=list(prompt_ids),
                 sampling_params={"max_new_tokens": 1, "temperature": 0.0},
@@ -626,9 +627,10 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
             out = None
             async for out in raw(obj, None):
                 pass
-            logprobs = [x[0] for x in out["meta_info"]["input_token_logprobs"] if x[0] is not None]
-            scores[label] = logprobs
-        diffs = [abs(a - b) for a, b in zip(scores["adapter"], scores["base"])]
+            return [x[0] for x in out["meta_info"]["input_token_logprobs"] if x[0] is not None]
+
+        with_adapter, base = await asyncio.gather(score(adapter), score(None))
+        diffs = [abs(a - b) for a, b in zip(with_adapter, base)]
         return {"max_abs_diff": max(diffs) if diffs else 0.0, "tokens": float(len(diffs))}
 
 
