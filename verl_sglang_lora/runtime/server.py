@@ -629,7 +629,12 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                 pass
             return [x[0] for x in out["meta_info"]["input_token_logprobs"] if x[0] is not None]
 
-        with_adapter, base = await asyncio.gather(score(adapter), score(None))
+        # both end before an error is raised: a release of the KV cache must not find the other one still running
+        results = await asyncio.gather(score(adapter), score(None), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        with_adapter, base = results
         diffs = [abs(a - b) for a, b in zip(with_adapter, base)]
         return {"max_abs_diff": max(diffs) if diffs else 0.0, "tokens": float(len(diffs))}
 
