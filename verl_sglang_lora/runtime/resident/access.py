@@ -33,7 +33,8 @@ def find_lora_manager(model: Any) -> Any:
         return cached
     found = [o for o in gc.get_objects() if type(o).__name__ == "LoRAManager" and getattr(o, "base_model", None) is model]
     if not found:
-        raise ResidentError(E.LORA_DISABLED, "no LoRAManager holds the served model: launch SGLang with --enable-lora")
+        raise ResidentError(E.LORA_DISABLED, "no LoRAManager holds the served model: launch SGLang with --enable-lora "
+                                             "(and do not call its /freeze_gc, which hides the manager from this lookup)")
     _MANAGERS[id(model)] = weakref.ref(found[0])
     return found[0]
 
