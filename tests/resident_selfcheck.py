@@ -49,6 +49,11 @@ def pinning_is_noop() -> Iterator[None]:
     if torch.cuda.is_available():
         yield
         return
+    # torch caches the constructors a `with torch.device(...)` redirects on first use: fill that cache with the real
+    # functions before they are swapped, or a later device context (transformers' meta init) misses them
+    from torch.utils._device import _device_constructors
+
+    _device_constructors()
     originals = {name: getattr(torch, name) for name in ("tensor", "zeros", "empty")}
     pin = torch.Tensor.pin_memory
 

@@ -162,6 +162,22 @@ def test_plan_matches_sglang_load_other_releases(release_probes, version):
 
 
 # ---- pieces that need no SGLang ------------------------------------------------------------------------------------
+def test_the_pinning_stand_in_leaves_later_device_contexts_intact():
+    """The CPU stand-in for pinned memory swaps torch.tensor/zeros/empty while SGLang builds its LoRA batch, which
+    can be the first `with torch.device(...)` of the process: torch then caches the constructors a device context
+    redirects. Cached with the swapped functions, a later meta-device init (transformers' from_pretrained) made real
+    tensors, and the tiny Qwen3's rotary buffer came out uninitialized in the next test that loaded it."""
+    from torch.utils._device import _device_constructors
+
+    from tests.resident_selfcheck import pinning_is_noop
+
+    _device_constructors.cache_clear()  # as in a process that has not used a device context yet
+    with pinning_is_noop(), torch.device("meta"):
+        torch.zeros(2)
+    with torch.device("meta"):
+        assert torch.empty(2).is_meta and torch.zeros(2).is_meta and torch.tensor([1.0]).is_meta
+
+
 def test_blocks_from_trace_strides_zeros_and_repeats():
     from verl_sglang_lora.runtime.resident.plan import Block, SourceSpec, blocks_from_trace
 
