@@ -242,8 +242,9 @@ def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
 STOCK_VS_PLUGIN_KEYS = {"rewards": "critic/score/mean", "step_s": "timing_s/step",
                         "update_weights_s": "timing_s/update_weights", "plugin_sync_ms": "sglang_lora/sync_total_ms",
                         "served_effect_verdict": "sglang_lora/served_effect_verdict",
+                        # after the sync in verl's update_weights timer: the KV cache resume, then the flush + canary
                         "plugin_resume_kv_ms": "sglang_lora/resume_kv_ms", "plugin_canary_ms": "sglang_lora/canary_ms",
-                        "plugin_sync_inplace": "sglang_lora/sync_inplace",
+                        "plugin_sync_inplace": "sglang_lora/sync_inplace",  # 1: written in place
                         "plugin_resident_fallbacks": "sglang_lora/resident_fallbacks"}
 # the plugin's version figures per step (runtime/sync/metrics.py); verl's stock path keeps none
 VERSION_TAG_KEYS = {"sync_version": "sglang_lora/sync_version", "served_version_min": "sglang_lora/served_version_min",
@@ -289,12 +290,8 @@ def stock_vs_plugin_figures(log: str, path: str, trainer: str, mem_samples: Path
     return {"path": path, "trainer": trainer, "steps": n, "step_s": series["step_s"],
             "sync_ms": [None if x is None else round(x * 1000, 3) for x in series["update_weights_s"]],
             "sync_ms_from": SYNC_MS_FROM,
-            "plugin_sync_ms": None if stock else series["plugin_sync_ms"],
-            # after the sync in verl's update_weights timer: the KV cache resume, then the cache flush + the canary
-            "plugin_resume_kv_ms": None if stock else series["plugin_resume_kv_ms"],
-            "plugin_canary_ms": None if stock else series["plugin_canary_ms"],
-            "plugin_sync_inplace": None if stock else series["plugin_sync_inplace"],  # 1: written in place
-            "plugin_resident_fallbacks": None if stock else series["plugin_resident_fallbacks"],
+            # the plugin's own per-step figures (STOCK_VS_PLUGIN_KEYS' plugin_* keys); stock logs none
+            **{key: None if stock else series[key] for key in STOCK_VS_PLUGIN_KEYS if key.startswith("plugin_")},
             "sglang_gpu_gib": _gib_by_step(gpu["sglang"], n), "trainer_gpu_gib": _gib_by_step(gpu["trainer"], n),
             "gpu_measured": GPU_PEAK_MEASURED + "; per step: the largest sample within the step",
             # each process title's largest sample over the run (which of SGLang's processes holds what)

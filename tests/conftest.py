@@ -94,6 +94,16 @@ def stop_all(procs: dict) -> None:
             proc.kill()
 
 
+def fake_nvidia_smi(tmp_path: Path, body: str) -> Path:
+    """A folder holding an ``nvidia-smi`` that runs the bash ``body``, to put first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/usr/bin/env bash\n{body}\n")
+    smi.chmod(0o755)
+    return bin_dir
+
+
 def load_script(path: Path, name: str):
     """A script (not a package module: constraints/generate.py, constraints/check_resolve.py, ...) loaded by path."""
     spec = importlib.util.spec_from_file_location(name, path)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import fake_nvidia_smi
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIM = """#!/usr/bin/env bash
 # the offline assets are written by the real interpreter; verl's trainer is not started, its argv is recorded
@@ -156,15 +158,6 @@ def test_example_stops_in_seconds_with_one_message_without_a_gpu(script: str, tm
     line = assert_one_message_nothing_built(proc, elapsed, tmp_path)
     assert "nvidia-smi not found" in line and "verl-sglang-lora doctor" in line
     assert (ROOT / ".venv-gpu").exists() == before  # nor the default env in the checkout
-
-
-def fake_nvidia_smi(tmp_path: Path, body: str) -> Path:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(f"#!/usr/bin/env bash\n{body}\n")
-    smi.chmod(0o755)
-    return bin_dir
 
 
 @pytest.mark.parametrize("script", sorted(EXAMPLES))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import fake_nvidia_smi
+
 
 def test_resident_setting_on_refuses_where_it_cannot_run() -> None:
     from verl_sglang_lora.runtime.resident.support import resident_enabled
@@ -63,12 +65,6 @@ def test_mirror_bytes_is_the_adapters_flat_size() -> None:
     assert mirror_bytes({"model_type": "unknown"}, 32, "all-linear") is None
 
 
-def _fake_nvidia_smi(bin_dir, stdout: str) -> None:
-    tool = bin_dir / "nvidia-smi"
-    tool.write_text(f"#!/bin/sh\nprintf '{stdout}'\n")
-    tool.chmod(0o755)
-
-
 def test_the_slots_memory_comes_off_sglangs_fraction_of_the_gpu_nvidia_smi_reports(tiny_qwen3, tmp_path, monkeypatch,
                                                                                    caplog) -> None:
     """The GPU's size is read as SGLang reads it for its own defaults (nvidia-smi, its smallest GPU), never through
@@ -85,8 +81,8 @@ def test_the_slots_memory_comes_off_sglangs_fraction_of_the_gpu_nvidia_smi_repor
         raise AssertionError("torch.cuda.mem_get_info would create a CUDA context in the server actor")
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", no_context)
-    _fake_nvidia_smi(tmp_path, "81559\\n40960\\n")
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    bin_dir = fake_nvidia_smi(tmp_path, "printf '81559\\n40960\\n'")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     assert glue._gpu_total_bytes() == 40960 * 2**20
     reserve = 2048 * 2**20  # two mirrors of a 1 GiB adapter
     assert glue.reserve_memory({"mem_fraction_static": 0.5}, reserve, 40960 * 2**20)["mem_fraction_static"] == 0.45
