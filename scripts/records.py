@@ -9,6 +9,7 @@ A record is one run: ``{"kind", "date", "commit", "gpu", "versions": {verl, sgla
     python scripts/records.py scale LOG --shape S --arm A --responses N [--mem-samples CSV] --command "..."  # a scale run
     python scripts/records.py stock_vs_plugin LOG --path stock|plugin --trainer T [--mem-samples CSV] \
         [--lora-samples CSV] --command "..."                          # one run of stock_vs_plugin.sh
+    python scripts/records.py faults LOG --steps N --command "..."         # a fault run (scripts/device/faults.sh)
     python scripts/records.py render                          # docs/validation.md, docs/benchmarks.md, docs/learning.md
     python scripts/records.py check                                         # exit 1 when the docs are not current
 
@@ -18,6 +19,7 @@ A record is one run: ``{"kind", "date", "commit", "gpu", "versions": {verl, sgla
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib.metadata
 import importlib.util
@@ -310,6 +312,18 @@ def stock_vs_plugin_figures(log: str, path: str, trainer: str, mem_samples: Path
             "first_error": first_error(log)}
 
 
+def faults_figures(log: str, steps: int) -> dict[str, Any]:
+    """One fault run: per injected fault what scripts/device/fault_report.py reads from the run's log, and the run's
+    verdict (PASS only when all four faults were injected and each recovered with no base-policy or stale sample)."""
+    report = device_script("fault_report")
+    raw = log.splitlines()
+    results = report.analyse(raw, steps)
+    verdicts = report.verdict_lines(results, raw, steps)
+    return {"steps": steps, "faults": [dataclasses.asdict(r) for r in results],
+            "not_run": [f for f in report.FAULTS if f not in {r.fault for r in results}],
+            "verdict": verdicts[-1].removeprefix("faults verdict=")}
+
+
 def append(record: dict[str, Any], out_dir: Path = RESULTS) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{record['kind']}.json"
@@ -368,6 +382,12 @@ def render_validation(records: dict[str, list[dict[str, Any]]]) -> str:
                 "| module | change | verdict |", "|---|---|---|"]
         out += [f"| {m['module']} | {m['name']} | {m['verdict']} |" for m in f["mutants"]]
         out.append("")
+    for r in records.get("faults", []):
+        f = r["figures"]
+        report = device_script("fault_report")
+        results = [report.FaultResult(**x) for x in f["faults"]]
+        out += [f"## Fault run -- {_where(r)}", "", f"`{r['command']}`", "", f"Verdict: {f['verdict']}; not injected: "
+                f"{', '.join(f['not_run']) or 'none'}.", "", report.table(results), ""]
     for r in records.get("gpu_tests", []):
         out += [f"## tests/gpu -- {_where(r)}", "", f"`{r['command']}`", "", f"{r['figures'].get('summary')}", ""]
     return "\n".join(out).rstrip() + "\n"
@@ -706,10 +726,13 @@ def main(argv: list[str] | None = None) -> int:
     svp.add_argument("--trainer", required=True, choices=("fsdp", "megatron"))
     svp.add_argument("--mem-samples", type=Path, default=None, help="mem_sampler.py's CSV of the run")
     svp.add_argument("--lora-samples", type=Path, default=None, help="lora_sampler.py's CSV of the run")
+    flt = sub.add_parser("faults")
+    flt.add_argument("log", type=Path)
+    flt.add_argument("--steps", required=True, type=int, help="the run's STEPS")
     text = sub.add_parser("text")
     text.add_argument("kind")
     text.add_argument("summary")
-    for p in (e2e, js, learn, scale, svp, text):
+    for p in (e2e, js, learn, scale, svp, flt, text):
         p.add_argument("--command", required=True)
         p.add_argument("--out", type=Path, default=RESULTS)
     merge = sub.add_parser("merge", help="append the records of DIR/*.json (a GPU host's $OUT/results) here")
@@ -734,6 +757,9 @@ def main(argv: list[str] | None = None) -> int:
         figures = stock_vs_plugin_figures(args.log.read_text(errors="replace"), args.path, args.trainer,
                                           args.mem_samples, args.lora_samples)
         print(append(make_record("stock_vs_plugin", args.command, figures), args.out))
+    elif args.cmd == "faults":
+        figures = faults_figures(args.log.read_text(errors="replace"), args.steps)
+        print(append(make_record("faults", args.command, figures), args.out))
     elif args.cmd == "text":
         if args.kind == "gpu_tests" and not PYTEST_SUMMARY_RE.search(args.summary):
             print(f"records.py text gpu_tests: {args.summary!r} is not pytest's closing line (stopped early?); "

@@ -20,6 +20,7 @@ from types import ModuleType
 
 import pytest
 
+from tests import conftest
 from verl_sglang_lora.runtime import fault_injection as fi
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError
 
@@ -413,6 +414,25 @@ def test_report_of_a_run_that_stopped_loudly(tmp_path) -> None:
     proc = subprocess.run([sys.executable, str(DEVICE / "fault_report.py"), str(log), "12"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 1 and "| fault |" in proc.stdout and "faults verdict=FAIL" in proc.stdout
+
+
+def test_a_fault_run_becomes_a_record_and_a_generated_table(tmp_path) -> None:
+    records = conftest.load_script(ROOT / "scripts" / "records.py", "records_for_faults")
+    passed, stopped = tmp_path / "passed.log", tmp_path / "stopped.log"
+    passed.write_text("\n".join(fault_run_log()))
+    stopped.write_text("\n".join(fault_run_log(stop_after_scheduler_kill=True)))
+    for log in (passed, stopped):
+        assert records.main(["faults", str(log), "--steps", "12", "--command", "bash scripts/device/faults.sh",
+                             "--out", str(tmp_path / "results")]) == 0
+    ran = json.loads((tmp_path / "results" / "faults.json").read_text())
+    assert [r["figures"]["verdict"] for r in ran] == ["PASS (steps=12/12, pass=4/4)", "FAIL (steps=4/12, pass=1/4)"]
+    assert ran[1]["figures"]["not_run"] == ["actor_kill_rollout", "actor_kill_sync"]
+    assert [f["verdict"] for f in ran[1]["figures"]["faults"]] == ["PASS", "REFUSED"]
+    page = records.render_validation({"faults": ran})
+    assert page.count("## Fault run -- ") == 2 and "Verdict: FAIL (steps=4/12, pass=1/4); not injected: " \
+        "actor_kill_rollout, actor_kill_sync." in page
+    row = next(x for x in page.splitlines() if "(`actor_kill_sync`)" in x)
+    assert row.endswith("| 21.1 (19.87) | ack v9 | 4 | 128 / 0 / 0 | PASS |")
 
 
 def test_skipped_fault_is_not_run() -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU evidence runs, each ending in a record under $OUT/results/<kind>.json (scripts/records.py); merge them here
 # with `python scripts/records.py merge <files_at>/results && python scripts/records.py render`.
-#   VSL_COMMIT=<sha> bash scripts/device/evidence.sh gpu_tests e2e matrix
+#   VSL_COMMIT=<sha> bash scripts/device/evidence.sh gpu_tests e2e matrix faults
 # Needs the offline bundle in /tmp/whl (docs/offline_bundle.md); installs it once per machine.
 set -uo pipefail
 mkdir -p "${OUT:-/tmp/out}/results"
@@ -31,6 +31,10 @@ for step in "$@"; do
         grep "^|" "$LOGDIR/matrix.log" | tail -20
         [ -s "$LOGDIR/matrix.json" ] && python3 scripts/records.py json sync_matrix "$LOGDIR/matrix.json" \
             --command "python -m verl_sglang_lora.benchmarks $args --iters ${MATRIX_ITERS:-30} --engine-arg attention_backend=triton --engine-arg sampling_backend=pytorch --engine-arg ${CG_FLAG#--}=8" --out "$RES" ;;
+    faults)
+        STEPS=${FAULT_STEPS:-12} E2E_TIMEOUT=${FAULTS_TIMEOUT:-560} bash scripts/device/faults.sh | tail -6
+        python3 scripts/records.py faults "$LOGDIR/e2e_faults.log" --steps "${FAULT_STEPS:-12}" --out "$RES" \
+            --command "STEPS=${FAULT_STEPS:-12} bash scripts/device/faults.sh (the FSDP example, four faults injected in one run; triton attention, pytorch sampling, eager)" ;;
     *) echo "no step $step" >&2 ;;
     esac
 done
