@@ -439,8 +439,11 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
             out.append("")
     for r in records.get("lora_throughput", []):
         f = r["figures"]
+        batches = f.get("batch") if isinstance(f.get("batch"), list) else [f.get("batch")]
+        rows = [{"batch": batches[0], **row} for row in f.get("rows", [])]  # a one-size run's rows name no batch
         out += [f"## LoRA serving throughput -- {_where(r)}", "", f"`{r['command']}`", "",
-                f"{f.get('shape')} (random weights). Decode tokens/s at a fixed length ({f.get('batch')} prompts x {f.get('gen_len')} new tokens, "
+                f"{f.get('shape')} (random weights). Decode tokens/s at a fixed length "
+                f"({' or '.join(map(str, batches))} prompts x {f.get('gen_len')} new tokens, "
                 "ignore_eos, CUDA graphs on), one engine per LoRA backend the installed SGLang declares: the base "
                 f"model with no adapter, then a random rank-{f.get('rank')} adapter on "
                 f"{_modules_text(f.get('target_modules', 'all-linear'))}. "
@@ -448,7 +451,7 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
                 "an engine launched without LoRA (the plain model), the last ratio the adapter's throughput against it. "
                 f"Goal: adapter/base >= {f.get('goal_adapter_over_base')}. The fastest backend is named among those "
                 "without an error whose adapter changed the served log-probs.", "",
-                format_table(f.get("rows", [])), ""]
+                format_table(rows), ""]
     scale = [r for r in records.get("scale", []) if r["figures"]["steps"]]
     if scale:
         out += ["## One-GPU scale runs", "",

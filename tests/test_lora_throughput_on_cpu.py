@@ -63,19 +63,34 @@ def test_rows_fastest_table_json() -> None:
     assert lt.fastest([rows[0], ignored]) == "triton"
     table = lt.format_table(rows)
     lines = table.splitlines()
-    assert lines[0].startswith("| backend | base tok/s | adapter tok/s | adapter/base")
-    assert "| triton | 16384.0 | 13107.2 | 0.800 | - | yes |" in table  # no LoRA-off row: no second ratio
+    assert lines[0].startswith("| backend | batch | base tok/s | adapter tok/s | adapter/base")
+    assert "| triton | 64 | 16384.0 | 13107.2 | 0.800 | - | yes |" in table  # no LoRA-off row: no second ratio
     assert "RuntimeError: no NPU / here" in table
-    assert lines[-1].startswith("fastest: csgmv")
+    assert lines[-1].startswith("fastest at batch 64: csgmv")
     # the engine without LoRA: its base is the plain model's, each adapter is also set against it
     plain = lt.make_row(lt.LORA_OFF, 64, 256, [0.5], None)
     assert plain["adapter_over_base"] is None and plain["adapter_changes_logprobs"] is None
     assert lt.fastest([*rows, plain]) == "csgmv"  # never the fastest: it serves no adapter
     with_plain = lt.format_table([rows[0], plain])
-    assert "| triton | 16384.0 | 13107.2 | 0.800 | 0.400 | yes |" in with_plain
-    assert "| lora off | 32768.0 | - | - | - | - |" in with_plain
+    assert "| triton | 64 | 16384.0 | 13107.2 | 0.800 | 0.400 | yes |" in with_plain
+    assert "| lora off | 64 | 32768.0 | - | - | - | - |" in with_plain
     doc = json.loads(json.dumps(lt.report(rows, {"shape": "qwen3-8b"})))
     assert doc["fastest"] == "csgmv" and doc["shape"] == "qwen3-8b" and len(doc["rows"]) == 3
+    assert doc["fastest_by_batch"] == {"64": "csgmv"}
+
+
+def test_each_batch_size_against_the_lora_off_engine_of_its_own_size() -> None:
+    rows = [lt.make_row("triton", 64, 256, [1.0], [1.25], True), lt.make_row("csgmv", 64, 256, [1.0], [1.3], True),
+            lt.make_row("triton", 256, 256, [2.0], [2.1], True), lt.make_row("csgmv", 256, 256, [2.0], [2.0], True),
+            lt.make_row(lt.LORA_OFF, 64, 256, [0.5], None), lt.make_row(lt.LORA_OFF, 256, 256, [1.0], None)]
+    table = lt.format_table(rows)
+    assert "| triton | 256 | 32768.0 | 31207.6 | 0.952 | 0.476 | yes |" in table  # against the 256 LoRA-off row
+    assert "| triton | 64 | 16384.0 | 13107.2 | 0.800 | 0.400 | yes |" in table
+    assert table.splitlines()[-2:] == ["fastest at batch 64: triton (goal: adapter/base >= 0.85)",
+                                       "fastest at batch 256: csgmv (goal: adapter/base >= 0.85)"]
+    doc = lt.report(rows, {})
+    assert doc["fastest_by_batch"] == {"64": "triton", "256": "csgmv"} and doc["fastest"] == "triton"
+    assert lt.parse_args([]).batch == [64] and lt.parse_args(["--batch", "64", "--batch", "256"]).batch == [64, 256]
     assert doc["goal_adapter_over_base"] == 0.85
 
 
@@ -126,3 +141,47 @@ def test_attention_only_adapter_is_what_sglang_reads(tmp_path) -> None:
     with safe_open(str(full / "adapter_model.safetensors"), "pt") as f:
         assert {n.split(".")[-3] for n in f.keys()} == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                          "up_proj", "down_proj"}
+
+
+class _Engine:
+    """Stand-in for ``sglang.Engine`` (the loop and error rows only; the wire is SGLang's own engine, on a GPU):
+    generation fails once a batch is larger than ``fail_above``."""
+
+    fail_above = 10**9
+    shut = 0
+
+    def __init__(self, **kwargs) -> None:
+        self.kwargs = kwargs
+
+    def load_lora_adapter(self, name: str, path: str) -> dict:
+        return {"success": True, "error_message": ""}
+
+    def generate(self, input_ids, sampling_params, lora_path=None, **kw) -> dict:
+        if isinstance(input_ids[0], list) and len(input_ids) > self.fail_above:
+            raise RuntimeError(f"CUDA out of memory at batch {len(input_ids)}")
+        shift = 0.5 if lora_path else 0.0  # the adapter changes the prompt's log-probs
+        return {"meta_info": {"input_token_logprobs": [[-1.0 - shift, 0]], "output_token_logprobs": [[-2.0, 1]]}}
+
+    def shutdown(self) -> None:
+        type(self).shut += 1
+
+
+def test_every_batch_size_on_one_engine_and_an_error_row_from_the_size_it_hit(tmp_path, monkeypatch) -> None:
+    import sglang
+
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 100}))
+    monkeypatch.setattr(sglang, "Engine", _Engine, raising=False)
+    args = lt.parse_args(["--batch", "4", "--batch", "16", "--batch", "64", "--iters", "2", "--rank", "8"])
+    rows = lt.measure_backend("triton", tmp_path, tmp_path, args)
+    assert [(r["batch"], r["error"], r["adapter_changes_logprobs"]) for r in rows] == [
+        (4, None, True), (16, None, True), (64, None, True)]
+    assert all(len(r["base_s"]) == 2 and len(r["adapter_s"]) == 2 for r in rows) and _Engine.shut == 1
+    monkeypatch.setattr(_Engine, "fail_above", 8)
+    rows = lt.measure_backend("triton", tmp_path, tmp_path, args)
+    assert [(r["batch"], r["base_tok_s"] is not None) for r in rows] == [(4, True), (16, False), (64, False)]
+    assert rows[0]["error"] is None
+    assert rows[1]["error"] == rows[2]["error"] == "RuntimeError: CUDA out of memory at batch 16"
+    assert _Engine.shut == 2  # shut down after the error too
+    plain = lt.measure_backend(lt.LORA_OFF, tmp_path, tmp_path, args)
+    assert [(r["batch"], r["adapter_s"], r["adapter_changes_logprobs"], r["error"] is None) for r in plain] == [
+        (4, None, None, True), (16, None, None, False), (64, None, None, False)]

@@ -9,7 +9,8 @@ them), one in-process ``sglang.Engine`` is launched on a checkpoint of the shape
 adapter of rank ``--rank`` is loaded from disk with ``load_lora_adapter``. Decode throughput at a fixed length:
 ``--batch`` prompts of ``--prompt-len`` random token ids, ``--gen-len`` new tokens each (``ignore_eos``,
 temperature 1.0), timed over ``--iters`` batches after one warm-up, once without an adapter (base) and once with
-it; tokens/s = batch * gen_len / seconds. A cheap correctness check: the adapter must change the served
+it; tokens/s = batch * gen_len / seconds. ``--batch`` repeats: each size is timed on the same engine, one row per
+backend and size (a launch costs more than the timing). A cheap correctness check: the adapter must change the served
 log-probs of a prompt against the base model. Each backend that fails is a row with its error.
 
 One more engine, LORA_OFF, runs without ``--enable-lora`` (base only): a LoRA-enabled engine pays for its LoRA
@@ -78,9 +79,9 @@ def make_row(backend: str, batch: int, gen_len: int, base_s: list[float] | None,
     base = round(tokens_per_s(batch, gen_len, base_s), 1) if base_s else None
     adapter = round(tokens_per_s(batch, gen_len, adapter_s), 1) if adapter_s else None
     ratio = round(adapter / base, 4) if base and adapter else None
-    return {"backend": backend, "base_tok_s": base, "adapter_tok_s": adapter, "adapter_over_base": ratio,
-            "meets_goal": None if ratio is None else ratio >= GOAL_RATIO, "adapter_changes_logprobs": changes_logprobs,
-            "base_s": base_s, "adapter_s": adapter_s, "error": error}
+    return {"backend": backend, "batch": batch, "base_tok_s": base, "adapter_tok_s": adapter,
+            "adapter_over_base": ratio, "meets_goal": None if ratio is None else ratio >= GOAL_RATIO,
+            "adapter_changes_logprobs": changes_logprobs, "base_s": base_s, "adapter_s": adapter_s, "error": error}
 
 
 def fastest(rows: list[dict[str, Any]]) -> str | None:
@@ -103,23 +104,30 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             return "yes" if v else "NO"
         return f"{v:.3f}" if isinstance(v, float) and v < 10 else str(v)
 
-    plain = next((r["base_tok_s"] for r in rows if r["backend"] == LORA_OFF), None)
-    lines = ["| backend | base tok/s | adapter tok/s | adapter/base | adapter/LoRA-off base | adapter changes "
-             "log-probs | error |", "|---|---|---|---|---|---|---|"]
+    plain = {r.get("batch"): r["base_tok_s"] for r in rows if r["backend"] == LORA_OFF}
+    lines = ["| backend | batch | base tok/s | adapter tok/s | adapter/base | adapter/LoRA-off base | adapter changes "
+             "log-probs | error |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        vs_plain = round(r["adapter_tok_s"] / plain, 4) if plain and r["adapter_tok_s"] else None
-        lines.append(f"| {r['backend']} | {cell(r['base_tok_s'])} | {cell(r['adapter_tok_s'])} | "
-                     f"{cell(r['adapter_over_base'])} | {cell(vs_plain)} | {cell(r['adapter_changes_logprobs'])} | "
-                     f"{(r.get('error') or '').replace('|', '/')} |")
-    best = fastest(rows)
+        off = plain.get(r.get("batch"))
+        vs_plain = round(r["adapter_tok_s"] / off, 4) if off and r["adapter_tok_s"] else None
+        lines.append(f"| {r['backend']} | {cell(r.get('batch'))} | {cell(r['base_tok_s'])} | "
+                     f"{cell(r['adapter_tok_s'])} | {cell(r['adapter_over_base'])} | {cell(vs_plain)} | "
+                     f"{cell(r['adapter_changes_logprobs'])} | {(r.get('error') or '').replace('|', '/')} |")
     lines.append("")
-    lines.append(f"fastest: {best if best else 'none (every backend failed)'} (goal: adapter/base >= {GOAL_RATIO})")
+    for batch in dict.fromkeys(r.get("batch") for r in rows):
+        best = fastest([r for r in rows if r.get("batch") == batch])
+        at = "" if batch is None else f" at batch {batch}"
+        lines.append(f"fastest{at}: {best if best else 'none (every backend failed)'} "
+                     f"(goal: adapter/base >= {GOAL_RATIO})")
     return "\n".join(lines)
 
 
 def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
-    """The JSON document: run settings, rows, and the fastest backend."""
-    return {**meta, "goal_adapter_over_base": GOAL_RATIO, "rows": rows, "fastest": fastest(rows)}
+    """The JSON document: run settings, rows, and the fastest backend per batch size (``fastest``: at the first)."""
+    batches = dict.fromkeys(r.get("batch") for r in rows)
+    by_batch = {str(b): fastest([r for r in rows if r.get("batch") == b]) for b in batches}
+    return {**meta, "goal_adapter_over_base": GOAL_RATIO, "rows": rows,
+            "fastest": next(iter(by_batch.values()), None), "fastest_by_batch": by_batch}
 
 
 def target_modules(arg: str) -> str | list[str]:
@@ -144,8 +152,9 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"
 
 
-def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Launch one engine with ``backend``, time base and adapter decode, shut it down; errors become the row's."""
+def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Launch one engine with ``backend``, time base and adapter decode at each batch size, shut it down; one row
+    per batch size. An error becomes the row's of the size it hit and of every size after it."""
     import sglang
 
     from verl_sglang_lora.runtime.lora_plan import lora_plan
@@ -154,12 +163,12 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
     from verl_sglang_lora.benchmarks import engine_args
     from verl_sglang_lora.tools.sync_matrix import logprobs
 
-    base_s: list[float] = []
-    adapter_s: list[float] = []
+    rows: list[dict[str, Any]] = []
+    lora = backend != LORA_OFF
     changes: bool | None = None
     engine = None
+    batch, base_s, adapter_s = args.batch[0], [], []
     try:
-        lora = backend != LORA_OFF
         plan = lora_plan({"lora_rank": args.rank, "target_modules": target_modules(args.target_modules), "lora": {}})
         launch = {**lora_launch_args(plan, max_lora_rank=args.rank), "lora_backend": backend} if lora else {}
         engine = sglang.Engine(model_path=str(model_dir), mem_fraction_static=args.mem, skip_tokenizer_init=True,
@@ -171,33 +180,33 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
                 raise RuntimeError(f"load_lora_adapter: {message}")
         vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
         rng = random.Random(0)
-        prompts = [[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(args.batch)]
+        prompts = [[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(max(args.batch))]
         params = {"max_new_tokens": args.gen_len, "ignore_eos": True, "temperature": 1.0}
 
-        def timed(lora: str | None) -> float:
-            t0 = time.perf_counter()
-            engine.generate(input_ids=prompts, sampling_params=params,
-                            lora_path=None if lora is None else [lora] * len(prompts))
-            return time.perf_counter() - t0
-
-        runs = [(None, base_s), ("bench", adapter_s)] if lora else [(None, base_s)]
-        for name, samples in runs:
-            timed(name)  # warm-up: CUDA graph replay paths and the adapter's pool slot
-            samples.extend(timed(name) for _ in range(args.iters))
-        if not lora:
-            return make_row(backend, args.batch, args.gen_len, base_s, None)
-
-        def first_logprobs(lora: str | None) -> list[float]:
-            reply = engine.generate(input_ids=prompts[0], return_logprob=True, logprob_start_len=0, lora_path=lora,
+        def first_logprobs(name: str | None) -> list[float]:
+            reply = engine.generate(input_ids=prompts[0], return_logprob=True, logprob_start_len=0, lora_path=name,
                                     sampling_params={"max_new_tokens": 1, "temperature": 0.0})
             return logprobs(reply)
 
-        base_lp, adapter_lp = first_logprobs(None), first_logprobs("bench")
-        changes = len(base_lp) == len(adapter_lp) and max(abs(a - b) for a, b in zip(base_lp, adapter_lp)) > 1e-3
-        return make_row(backend, args.batch, args.gen_len, base_s, adapter_s, changes)
+        if lora:
+            base_lp, adapter_lp = first_logprobs(None), first_logprobs("bench")
+            changes = len(base_lp) == len(adapter_lp) and max(abs(a - b) for a, b in zip(base_lp, adapter_lp)) > 1e-3
+        def timed(name: str | None, n: int) -> float:
+            t0 = time.perf_counter()
+            engine.generate(input_ids=prompts[:n], sampling_params=params,
+                            lora_path=None if name is None else [name] * n)
+            return time.perf_counter() - t0
+
+        for batch in args.batch:
+            base_s, adapter_s = [], []
+            for name, samples in [(None, base_s), ("bench", adapter_s)] if lora else [(None, base_s)]:
+                timed(name, batch)  # warm-up: CUDA graph replay paths and the adapter's pool slot
+                samples.extend(timed(name, batch) for _ in range(args.iters))
+            rows.append(make_row(backend, batch, args.gen_len, base_s, adapter_s or None, changes))
     except Exception as exc:  # noqa: BLE001 - a failing backend is a row with its error, the others go on
-        return make_row(backend, args.batch, args.gen_len, base_s or None, adapter_s or None, changes,
-                        error=error_text(exc))
+        rows += [make_row(backend, b, args.gen_len, (base_s or None) if b == batch else None,
+                          (adapter_s or None) if b == batch else None, changes, error=error_text(exc))
+                 for b in args.batch[args.batch.index(batch):]]
     finally:
         if engine is not None:
             try:
@@ -205,6 +214,7 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
             except Exception as exc:  # noqa: BLE001 - the next backend launches its own engine regardless
                 print(f"{backend}: engine shutdown failed ({error_text(exc)}); the next backend may find the GPU "
                       "memory still held", flush=True)
+    return rows
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -218,7 +228,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", action="append", help="restrict to these backends (repeatable)")
     p.add_argument("--target-modules", default="all-linear",
                    help="all-linear, or projections, e.g. q_proj,k_proj,v_proj,o_proj (attention only)")
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, action="append",
+                   help="prompts per timed batch (repeatable: each size on the same engine; default 64)")
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=256)
     p.add_argument("--iters", type=int, default=3)
@@ -228,7 +239,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-lora-off", action="store_true",
                    help="skip the engine without LoRA (the plain base model's throughput)")
     p.add_argument("--json", type=Path, default=None)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.batch = args.batch or [64]
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,13 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         adapter_dir = write_adapter(model_dir, args.rank, root / "adapter", target_modules(args.target_modules))
         rows = []
         for backend in backends + ([] if args.no_lora_off else [LORA_OFF]):
-            rows.append(measure_backend(backend, model_dir, adapter_dir, args))
-            print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("base_s", "adapter_s")}), flush=True)
+            for row in measure_backend(backend, model_dir, adapter_dir, args):
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k not in ("base_s", "adapter_s")}), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(format_table(rows))
     if args.json:
-        meta = {"shape": args.shape, "rank": args.rank, "target_modules": args.target_modules, "batch": args.batch,
+        meta = {"shape": args.shape, "rank": args.rank, "target_modules": args.target_modules,
+                "batch": args.batch if len(args.batch) > 1 else args.batch[0],
                 "prompt_len": args.prompt_len, "gen_len": args.gen_len, "iters": args.iters,
                 "declared_backends": declared, "default_backend": default}
         args.json.write_text(json.dumps(report(rows, meta), indent=2))
