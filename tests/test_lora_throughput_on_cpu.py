@@ -10,26 +10,41 @@ import sys
 
 import pytest
 
+from tests.conftest import release_result, start_per_release, stop_all
+from verl_sglang_lora.releases import SGLANG_RELEASES
 from verl_sglang_lora.tools import lora_throughput as lt
 
 
-def argparse_choices() -> tuple[list[str] | None, str]:
-    """The ``--lora-backend`` choices and default as SGLang's own parser declares them."""
-    from sglang.srt.server_args import ServerArgs
+_DISCOVER = """
+import dataclasses, json, sglang
+from verl_sglang_lora.tools.lora_throughput import declared_backends
+from sglang.srt.server_args import ServerArgs
+try:
+    declared = dataclasses.fields(ServerArgs)
+except TypeError:  # a msgspec struct
+    import msgspec
+    declared = msgspec.structs.fields(ServerArgs)
+choices, default = declared_backends()
+print(json.dumps({"version": sglang.__version__, "choices": choices, "default": default,
+                  "field_default": next(f.default for f in declared if f.name == "lora_backend")}))
+"""
 
-    parser = argparse.ArgumentParser(add_help=False)
-    ServerArgs.add_cli_args(parser)
-    action = next(a for a in parser._actions if "--lora-backend" in a.option_strings)
-    default = {f.name: f.default for f in dataclasses.fields(ServerArgs)}["lora_backend"]
-    return (list(action.choices) if action.choices else None), default
+
+@pytest.fixture(scope="module")
+def discovered() -> dict:
+    procs = start_per_release(SGLANG_RELEASES, ["-c", _DISCOVER], with_root=True)
+    yield procs
+    stop_all(procs)
 
 
-def test_discovery_matches_installed_sglang() -> None:
-    choices, default = argparse_choices()
-    found, found_default = lt.declared_backends()
-    assert found_default == default
-    assert found == (choices or [default])
-    assert default in found
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_discovery_reads_each_releases_own_cli(discovered, version) -> None:
+    """Choices and default from the release's parser: a dataclass ServerArgs (<= 0.5.18) or a msgspec struct (0.5.23,
+    where ``dataclasses.fields`` raises); the default is the field's, what a launch without the flag gets."""
+    out = release_result(discovered, version)
+    assert out["version"] == version
+    assert out["default"] == out["field_default"] and out["default"] in out["choices"]
+    assert {"triton", "csgmv"} <= set(out["choices"])
 
 
 def test_select_backends() -> None:

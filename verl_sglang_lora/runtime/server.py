@@ -33,6 +33,7 @@ from verl_sglang_lora.runtime.settings import PluginSettings
 from verl_sglang_lora.runtime.watchdog import SchedulerHung, Watchdog
 from verl_sglang_lora.runtime.sync.adapter_push import AdapterPush
 from verl_sglang_lora.sglang_contract.errors import SGLangRequestError, request_outcome
+from verl_sglang_lora.sglang_contract.adapter_registry import sglang_holds
 from verl_sglang_lora.runtime.resident import LOADER_PATH
 from verl_sglang_lora.runtime.resident.requests import (SLOTS as RESIDENT_SLOTS, ResidentSlots, detach_request,
                                                         send_loader_request)
@@ -466,9 +467,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self._uncertain.add(name)
 
     def _sglang_holds(self, name: str) -> bool | None:
-        """Whether SGLang's adapter registry has ``name`` (None when the release does not expose it)."""
-        registry = getattr(getattr(self.tokenizer_manager, "lora_registry", None), "_registry", None)
-        return None if registry is None else name in registry
+        """Whether SGLang holds ``name``: registered or its unload pending (None when the release does not say)."""
+        return sglang_holds(self.tokenizer_manager, name)
 
     def _disable_resident(self, reason: str) -> None:
         if self.resident.disabled is None:

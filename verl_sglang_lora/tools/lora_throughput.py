@@ -23,7 +23,6 @@ ratio (ties: higher adapter tokens/s) -- the candidate for the plugin's default.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import random
 import shutil
@@ -37,22 +36,18 @@ LORA_OFF = "lora off"  # the row of the engine launched without LoRA: the plain 
 
 
 def declared_backends() -> tuple[list[str], str]:
-    """(choices of ``--lora-backend`` in the installed SGLang's CLI, ServerArgs' default backend).
+    """(choices of ``--lora-backend`` in the installed SGLang's CLI, its default).
 
-    Read from SGLang's own argparse definition so a new or removed backend shows up without a version table; a
+    Both read from SGLang's own argparse definition (a dataclass ``ServerArgs`` up to 0.5.18, a msgspec struct on
+    0.5.23: the parser is what every release has), so a new or removed backend shows up without a version table; a
     CLI without declared choices yields the default alone."""
     from sglang.srt.server_args import ServerArgs
 
-    default = next(f.default for f in dataclasses.fields(ServerArgs) if f.name == "lora_backend")
     parser = argparse.ArgumentParser(add_help=False)
     ServerArgs.add_cli_args(parser)
-    choices: list[str] = []
-    for action in parser._actions:
-        if "--lora-backend" in action.option_strings:
-            choices = [str(c) for c in (action.choices or [])]
-    if not choices:
-        return [str(default)], str(default)
-    return choices, str(default)
+    action = next(a for a in parser._actions if "--lora-backend" in a.option_strings)
+    default = str(action.default)
+    return ([str(c) for c in action.choices] if action.choices else [default]), default
 
 
 def select_backends(declared: list[str], wanted: list[str] | None) -> list[str]:

@@ -39,6 +39,9 @@ class SGLangProcess:
             sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_path), "--host", "127.0.0.1",
             "--port", str(self.port), *lora_cli_args(lora_args),
             "--attention-backend", os.environ.get("SGLANG_ATTENTION_BACKEND", "triton"),
+            # as the examples run on the GPU host: SGLang picks flashinfer where it is installed, whose kernels
+            # compile on first use
+            "--sampling-backend", os.environ.get("SGLANG_SAMPLING_BACKEND", "pytorch"),
             "--mem-fraction-static", str(mem_fraction), "--disable-cuda-graph", "--skip-server-warmup",
             "--log-level", "warning", *extra,
         ]
