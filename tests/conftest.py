@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -92,6 +93,22 @@ def stop_all(procs: dict) -> None:
     for proc in procs.values():
         if proc is not None and proc.poll() is None:
             proc.kill()
+
+
+def per_release_fixture(versions, argv: list[str], with_root: bool = False):
+    """A module-scoped fixture (assign it to the name tests ask for): ``argv`` in one interpreter per release of
+    ``versions``, all started when the module's first test asks, killed after its last; read each with
+    ``release_result``."""
+
+    @pytest.fixture(scope="module")
+    def procs() -> Iterator[dict]:
+        started = start_per_release(versions, argv, with_root)
+        try:
+            yield started
+        finally:
+            stop_all(started)
+
+    return procs
 
 
 def fake_nvidia_smi(tmp_path: Path, body: str) -> Path:

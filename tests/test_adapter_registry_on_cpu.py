@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import release_result, start_per_release, stop_all
+from tests.conftest import per_release_fixture, release_result
 from verl_sglang_lora.releases import SGLANG_RELEASES
 
 _SCRIPT = r"""
@@ -60,11 +60,7 @@ asyncio.run(main())
 """
 
 
-@pytest.fixture(scope="module")
-def runs() -> dict:
-    procs = start_per_release(SGLANG_RELEASES, ["-c", _SCRIPT], with_root=True)
-    yield procs
-    stop_all(procs)
+runs = per_release_fixture(SGLANG_RELEASES, ["-c", _SCRIPT], with_root=True)
 
 
 @pytest.mark.parametrize("version", SGLANG_RELEASES)

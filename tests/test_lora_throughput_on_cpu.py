@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import release_result, start_per_release, stop_all
+from tests.conftest import per_release_fixture, release_result
 from verl_sglang_lora.releases import SGLANG_RELEASES
 from verl_sglang_lora.tools import lora_throughput as lt
 
@@ -30,11 +30,7 @@ print(json.dumps({"version": sglang.__version__, "choices": choices, "default": 
 """
 
 
-@pytest.fixture(scope="module")
-def discovered() -> dict:
-    procs = start_per_release(SGLANG_RELEASES, ["-c", _DISCOVER], with_root=True)
-    yield procs
-    stop_all(procs)
+discovered = per_release_fixture(SGLANG_RELEASES, ["-c", _DISCOVER], with_root=True)
 
 
 @pytest.mark.parametrize("version", SGLANG_RELEASES)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import release_result, sglang_release_dir, start_per_release, stop_all
+from tests.conftest import per_release_fixture, release_result, sglang_release_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = ("0.5.18", "0.5.12")
@@ -29,12 +29,8 @@ STEPS, SLOTS = 50, 4
 RUNS = ("stock.lru", "stock.fifo", "versioned.lru", "versioned.fifo")
 
 
-@pytest.fixture(scope="module")
-def runs() -> dict:
-    procs = start_per_release(RELEASES, ["-m", "tests.stock_pattern_probe", "--steps", str(STEPS), "--slots",
-                                         str(SLOTS)], with_root=True)
-    yield procs
-    stop_all(procs)
+runs = per_release_fixture(RELEASES, ["-m", "tests.stock_pattern_probe", "--steps", str(STEPS), "--slots", str(SLOTS)],
+                           with_root=True)
 
 
 def _result(runs: dict, version: str) -> dict:

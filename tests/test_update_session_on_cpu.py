@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from verl_sglang_lora.releases import SGLANG_RELEASES
-from tests.conftest import release_result, start_per_release, stop_all
+from tests.conftest import per_release_fixture, release_result
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, UPDATE, END = "begin_weight_update", "update_weights_from_tensor", "end_weight_update"
@@ -124,12 +124,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def runs() -> dict:
-    """Start one interpreter per release at once: {version: Popen | None (release missing)}."""
-    procs = start_per_release(SGLANG_RELEASES, ["-c", _SCRIPT, str(ROOT)])
-    yield procs
-    stop_all(procs)
+runs = per_release_fixture(SGLANG_RELEASES, ["-c", _SCRIPT, str(ROOT)])
 
 
 def _result(runs: dict, version: str) -> dict:

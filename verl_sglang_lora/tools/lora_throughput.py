@@ -89,6 +89,11 @@ def fastest(rows: list[dict[str, Any]]) -> str | None:
     return max(ok, key=lambda r: (r["adapter_over_base"], r["adapter_tok_s"]))["backend"]
 
 
+def fastest_by_batch(rows: list[dict[str, Any]]) -> dict[Any, str | None]:
+    """``fastest`` among the rows of each batch size, in the rows' order of sizes."""
+    return {b: fastest([r for r in rows if r.get("batch") == b]) for b in dict.fromkeys(r.get("batch") for r in rows)}
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     """Markdown table of the rows plus the "fastest" line."""
 
@@ -109,8 +114,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
                      f"{cell(r['adapter_tok_s'])} | {cell(r['adapter_over_base'])} | {cell(vs_plain)} | "
                      f"{cell(r['adapter_changes_logprobs'])} | {(r.get('error') or '').replace('|', '/')} |")
     lines.append("")
-    for batch in dict.fromkeys(r.get("batch") for r in rows):
-        best = fastest([r for r in rows if r.get("batch") == batch])
+    for batch, best in fastest_by_batch(rows).items():
         at = "" if batch is None else f" at batch {batch}"
         lines.append(f"fastest{at}: {best if best else 'none (every backend failed)'} "
                      f"(goal: adapter/base >= {GOAL_RATIO})")
@@ -119,8 +123,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
     """The JSON document: run settings, rows, and the fastest backend per batch size (``fastest``: at the first)."""
-    batches = dict.fromkeys(r.get("batch") for r in rows)
-    by_batch = {str(b): fastest([r for r in rows if r.get("batch") == b]) for b in batches}
+    by_batch = {str(b): best for b, best in fastest_by_batch(rows).items()}
     return {**meta, "goal_adapter_over_base": GOAL_RATIO, "rows": rows,
             "fastest": next(iter(by_batch.values()), None), "fastest_by_batch": by_batch}
 
@@ -186,6 +189,7 @@ def measure_backend(backend: str, model_dir: Path, adapter_dir: Path, args: argp
         if lora:
             base_lp, adapter_lp = first_logprobs(None), first_logprobs("bench")
             changes = len(base_lp) == len(adapter_lp) and max(abs(a - b) for a, b in zip(base_lp, adapter_lp)) > 1e-3
+
         def timed(name: str | None, n: int) -> float:
             t0 = time.perf_counter()
             engine.generate(input_ids=prompts[:n], sampling_params=params,
