@@ -23,10 +23,15 @@ peft = pytest.importorskip("peft")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tests.conftest import sglang_or_skip  # noqa: E402
+from tests.conftest import sglang_or_skip, sglang_release_dir  # noqa: E402
+from verl_sglang_lora.releases import SGLANG_RELEASES  # noqa: E402
 from verl_sglang_lora.runtime.lora_plan import lora_plan  # noqa: E402
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config  # noqa: E402
-from verl_sglang_lora.sglang_contract.target_modules import LoRAConfigError, sglang_target_modules  # noqa: E402
+from verl_sglang_lora.sglang_contract.target_modules import (  # noqa: E402
+    LoRAConfigError,
+    sglang_serves_expert_lora,
+    sglang_target_modules,
+)
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, UnknownWeightNameError  # noqa: E402
 from verl_sglang_lora.tools.cli import main  # noqa: E402
 from verl_sglang_lora.tools.doctor import (  # noqa: E402
@@ -568,3 +573,21 @@ def test_doctor_install_hints_are_the_readme_recipe(monkeypatch):
     assert "pip install sglang " not in rows["version sglang"].fix.replace("`pip install sglang`", "")
     assert rows["version verl"].fix.startswith("pip install verl==0.9.1 transformers==5.9.0")
     assert rows["version torch"].status == OK
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_moe_refusal_says_what_each_sglang_release_lacks(tiny_moe, version, monkeypatch):
+    """The expert refusal reads the installed SGLang's files: 0.5.8 has no MoE LoRA code, 0.5.12+ do, and the
+    message says which side (SGLang or this plugin) is missing."""
+    import verl_sglang_lora.verl_glue.config_guards as guards
+
+    package = sglang_release_dir(version) / "sglang"
+    has_runner = (package / "srt" / "lora" / "lora_moe_runners.py").is_file()
+    assert sglang_serves_expert_lora(package) is has_runner
+    assert has_runner is (version != "0.5.8")  # the releases as published
+    monkeypatch.setattr(guards, "sglang_serves_expert_lora", lambda: sglang_serves_expert_lora(package))
+    line = refused(compose(tiny_moe), "actor_rollout_ref.model.target_modules", "[q_proj,k_proj,v_proj,o_proj]")
+    if has_runner:
+        assert "has MoE LoRA code" in line and "this plugin neither converts" in line
+    else:
+        assert "has no MoE LoRA code" in line

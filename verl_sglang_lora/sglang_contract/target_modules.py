@@ -14,6 +14,8 @@ Both views come from one normalisation, so the launch and every adapter load agr
 from __future__ import annotations
 
 import functools
+import importlib.util
+from pathlib import Path
 from typing import Any, Iterable
 
 ALL_SENTINEL = "all"
@@ -51,6 +53,25 @@ def supported_target_modules() -> list[str] | None:
     except Exception:  # a half-installed SGLang raises KeyError/AttributeError on re-import, not only ImportError
         return None
     return list(SUPPORTED_LORA_TARGET_MODULES)
+
+
+# The installed SGLang's MoE LoRA code (0.5.12 added it: expert LoRA buffers in the memory pool, its fused-MoE LoRA
+# runner); its presence is read from the package's files, without importing SGLang.
+EXPERT_LORA_MODULE = "srt/lora/lora_moe_runners.py"
+
+
+def sglang_serves_expert_lora(sglang_dir: str | Path | None = None) -> bool | None:
+    """Whether the SGLang package at ``sglang_dir`` (default: the installed one) carries MoE LoRA code; None when
+    there is no SGLang to ask."""
+    if sglang_dir is None:
+        try:
+            spec = importlib.util.find_spec("sglang")
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        sglang_dir = next(iter(spec.submodule_search_locations))
+    return (Path(sglang_dir) / EXPERT_LORA_MODULE).is_file()
 
 
 @functools.lru_cache(maxsize=None)

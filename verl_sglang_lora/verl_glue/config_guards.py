@@ -20,7 +20,12 @@ from typing import Any, Mapping
 from verl_sglang_lora.verl_glue.config_access import cfg_get, cfg_path, to_plain
 from verl_sglang_lora.runtime.lora_plan import LoRAPlan, lora_plan
 from verl_sglang_lora.sglang_contract.peft_config import ADAPTER_PATH_SETTING, adapter_config_problems
-from verl_sglang_lora.sglang_contract.target_modules import ATTENTION_TARGETS, adapter_target_problems
+from verl_sglang_lora.sglang_contract.target_modules import (
+    ATTENTION_TARGETS,
+    EXPERT_LORA_MODULE,
+    adapter_target_problems,
+    sglang_serves_expert_lora,
+)
 from verl_sglang_lora.topology.run_checks import topology_problems
 
 TP_SETTING = "actor_rollout_ref.rollout.tensor_model_parallel_size"
@@ -269,8 +274,9 @@ def _moe_problems(plan: LoRAPlan, experts: int) -> list[str]:
 
     transformers 5 fuses each layer's experts into 3-D parameters (``mlp.experts.gate_up_proj``), so PEFT adapts
     them (and the router's ``gate.weight``) through ``target_parameters`` -- adapters named
-    ``mlp.experts.base_layer.lora_A`` that neither the served checkpoint (per-expert ``experts.N.gate_proj``) nor
-    SGLang's LoRA pools know. Megatron's linear_fc1/linear_fc2 are the grouped expert GEMMs."""
+    ``mlp.experts.base_layer.lora_A`` that the served checkpoint (per-expert ``experts.N.gate_proj``) does not know.
+    Megatron's linear_fc1/linear_fc2 are the grouped expert GEMMs. Whether SGLang itself could serve expert LoRA is
+    read from the installed package, so the refusal says which side is missing."""
     target = to_plain(plan.target_modules)
     if isinstance(target, str):
         mlp = [f"{target} (PEFT then adapts the fused experts and the router)"]
@@ -279,17 +285,27 @@ def _moe_problems(plan: LoRAPlan, experts: int) -> list[str]:
     if not mlp:
         return []
     if plan.megatron_block:
-        why = ("Megatron's linear_fc1/linear_fc2 there are the grouped expert GEMMs, whose adapters the plugin does not "
-               "map onto SGLang's MoE LoRA (not validated)")
+        trainer_side = "Megatron's linear_fc1/linear_fc2 there are the grouped expert GEMMs"
         attention = "[linear_qkv,linear_proj]"
     else:
-        why = ("transformers 5 fuses the experts into 3-D parameters, which PEFT adapts through target_parameters as "
-               "'mlp.experts.base_layer.lora_A/B', matching neither the served checkpoint's per-expert names nor "
-               "SGLang's LoRA pools (the first sync would fail, on the GPU, naming model.path)")
+        trainer_side = ("transformers 5 fuses the experts into 3-D parameters, which PEFT adapts through "
+                        "target_parameters as 'mlp.experts.base_layer.lora_A/B', names the served checkpoint's "
+                        "per-expert weights do not match")
         attention = "[q_proj,k_proj,v_proj,o_proj]"
+    serves = sglang_serves_expert_lora()
+    if serves is False:
+        sglang_side = (f"and the installed SGLang has no MoE LoRA code (no sglang/{EXPERT_LORA_MODULE}): its LoRA "
+                       "memory pool holds dense projections only")
+    elif serves:
+        sglang_side = (f"; the installed SGLang has MoE LoRA code (sglang/{EXPERT_LORA_MODULE}), but this plugin "
+                       "neither converts those expert adapters into SGLang's expert LoRA weights nor verifies them "
+                       "in SGLang's expert buffers, and it serves nothing it has not verified")
+    else:
+        sglang_side = "(no SGLang is installed here to ask whether it could serve expert LoRA)"
     return [
         f"{plan.target_modules_setting}: {mlp} on a mixture-of-experts model ({experts} experts per layer, from the "
-        f"model's config): {why}. Fix: {plan.target_modules_setting}={attention} (attention only)."
+        f"model's config): {trainer_side} {sglang_side}. Fix: {plan.target_modules_setting}={attention} "
+        "(attention only)."
     ]
 
 
