@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import sglang_or_skip
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+from verl_sglang_lora.sglang_contract.lora_backends import plugin_lora_backend
 from verl_sglang_lora.sglang_contract.target_modules import LoRAConfigError, sglang_target_modules
 from verl_sglang_lora.verl_glue.server_args import apply_lora_args, wrap_server_args
 
@@ -194,5 +195,29 @@ def test_gpu_test_server_takes_the_lora_backend_from_the_environment(monkeypatch
     parser = argparse.ArgumentParser()
     _server_args_cls().add_cli_args(parser)
     ns = parser.parse_args(seen["cmd"][3:])  # after "python -m sglang.launch_server"
-    assert ns.lora_backend == (backend or parser.get_default("lora_backend"))
+    # the plugin's default (the fastest the release declares) where the environment names none
+    assert ns.lora_backend == (backend or plugin_lora_backend() or parser.get_default("lora_backend"))
+    assert seen["cmd"].count("--lora-backend") <= 1
     assert ns.sampling_backend == "pytorch"  # not flashinfer: its kernels would compile in the first test
+
+
+def test_the_plugin_launches_the_fastest_declared_backend_and_a_users_choice_wins():
+    """Adapter mode launches with the first of FASTEST_FIRST the installed SGLang declares; a backend named in
+    engine_kwargs.sglang (it reaches ServerArgs as verl's argument) is kept; merge mode sets none."""
+    from verl_sglang_lora.sglang_contract.lora_backends import FASTEST_FIRST, declared_lora_backends
+
+    declared, _ = declared_lora_backends()
+    assert plugin_lora_backend(["csgmv", "triton", "triton_v2"]) == "triton_v2"
+    assert plugin_lora_backend(["csgmv", "triton"]) == "triton"
+    assert plugin_lora_backend(["csgmv"]) is None
+    expected = next(b for b in FASTEST_FIRST if b in declared)
+    plan = lora_plan({"lora_rank": 8, "target_modules": "all-linear", "lora": {}})
+    assert "lora_backend" not in lora_launch_args(plan)  # SGLang's own default where none is given
+    args = lora_launch_args(plan, lora_backend=plugin_lora_backend())
+    assert args["lora_backend"] == expected
+    fields = set(_server_args_cls().__dataclass_fields__)
+    assert apply_lora_args({"model_path": "m"}, args, fields)["lora_backend"] == expected
+    assert apply_lora_args({"model_path": "m", "lora_backend": "csgmv"}, args, fields)["lora_backend"] == "csgmv"
+    assert lora_launch_args(lora_plan({"lora_rank": 8, "lora": {"merge": True}}), lora_backend=expected) == {}
+    # SGLang's own LoRA check accepts the launch as rendered
+    _run_sglang_lora_check({k: v for k, v in args.items() if k != "custom_weight_loader"})

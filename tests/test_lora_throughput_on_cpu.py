@@ -17,15 +17,16 @@ from verl_sglang_lora.tools import lora_throughput as lt
 
 _DISCOVER = """
 import dataclasses, json, sglang
-from verl_sglang_lora.tools.lora_throughput import declared_backends
+from verl_sglang_lora.sglang_contract.lora_backends import declared_lora_backends, plugin_lora_backend
 from sglang.srt.server_args import ServerArgs
 try:
     declared = dataclasses.fields(ServerArgs)
 except TypeError:  # a msgspec struct
     import msgspec
     declared = msgspec.structs.fields(ServerArgs)
-choices, default = declared_backends()
+choices, default = declared_lora_backends()
 print(json.dumps({"version": sglang.__version__, "choices": choices, "default": default,
+                  "plugin": plugin_lora_backend(),
                   "field_default": next(f.default for f in declared if f.name == "lora_backend")}))
 """
 
@@ -41,6 +42,8 @@ def test_discovery_reads_each_releases_own_cli(discovered, version) -> None:
     assert out["version"] == version
     assert out["default"] == out["field_default"] and out["default"] in out["choices"]
     assert {"triton", "csgmv"} <= set(out["choices"])
+    # the plugin's launch default: the fastest measured backend the release declares (triton_v2 from 0.5.23 on)
+    assert out["plugin"] == ("triton_v2" if "triton_v2" in out["choices"] else "triton")
 
 
 def test_select_backends() -> None:

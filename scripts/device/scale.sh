@@ -83,8 +83,8 @@ cfg.update({k: tiny_cfg[k] for k in ("bos_token_id", "eos_token_id", "pad_token_
 (model / "config.json").write_text(json.dumps(cfg, indent=2))
 PYEOF
 
-# SGLang's LoRA backend as the run uses it: LORA_BACKEND when given, else SGLang's default
-backend=${LORA_BACKEND:-$("$PY" -c "from sglang.srt.server_args import ServerArgs; print(ServerArgs.lora_backend)" 2>/dev/null)}
+# SGLang's LoRA backend as the run uses it: LORA_BACKEND when given, else the plugin's (lora_backends.py)
+backend=${LORA_BACKEND:-$("$PY" -c "from verl_sglang_lora.sglang_contract.lora_backends import declared_lora_backends as d, plugin_lora_backend as p; print(p() or d()[1])" 2>/dev/null)}
 common_args() {
     echo "actor_rollout_ref.rollout.ignore_eos=True data.max_response_length=$RESP data.train_batch_size=$BATCH"
     echo "actor_rollout_ref.actor.ppo_mini_batch_size=$BATCH actor_rollout_ref.rollout.gpu_memory_utilization=$MEM"

@@ -43,6 +43,7 @@ from verl_sglang_lora.sglang_contract.update_session import HeldSession
 from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS as LORA_REQUEST_CLASS
 from verl_sglang_lora.sglang_contract.ipc_reducers import prime_scheduler_reducers
 from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+from verl_sglang_lora.sglang_contract.lora_backends import plugin_lora_backend
 from verl_sglang_lora.verl_glue.server_args import running_server_args, wrap_server_args
 from verl_sglang_lora.topology.launch import replica_launch_overrides
 from verl_sglang_lora.runtime.sync.canary import CanaryExpectation, canary_prompt_ids, judge_canary
@@ -89,7 +90,8 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
                                                                      session_unsafe_base(self.model_config, self.config))
         # the in-place writes' weight-update session (SGLang >= 0.5.23), held across writes
         self.weight_session = HeldSession(self.resident_on and weight_update_session())
-        self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on)
+        self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on,
+                                          lora_backend=plugin_lora_backend())
         # the resident slots' read-back mirrors live in SGLang's process beside its KV cache: kept free at launch
         mirror = mirror_bytes(getattr(self.model_config, "hf_config", None) or {}, self.lora.rank,
                               self.lora.target_modules) if self.resident_on else None

@@ -8,8 +8,13 @@ from verl_sglang_lora.runtime.lora_plan import LoRAPlan
 from verl_sglang_lora.runtime.resident import LOADER_PATH
 from verl_sglang_lora.sglang_contract.target_modules import LoRAConfigError, sglang_target_modules
 
-def lora_launch_args(plan: LoRAPlan, max_lora_rank: int | None = None, resident: bool = False) -> dict[str, Any]:
-    """ServerArgs fields for adapter mode; empty in merge mode or without LoRA (SGLang then serves plain weights)."""
+
+def lora_launch_args(plan: LoRAPlan, max_lora_rank: int | None = None, resident: bool = False,
+                     lora_backend: str | None = None) -> dict[str, Any]:
+    """ServerArgs fields for adapter mode; empty in merge mode or without LoRA (SGLang then serves plain weights).
+
+    ``lora_backend``: the kernel backend to launch with (``lora_backends.plugin_lora_backend()`` where SGLang runs);
+    None leaves SGLang's own default."""
     if not plan.as_adapter:
         return {}
     rank = int(max_lora_rank or plan.rank)
@@ -27,4 +32,6 @@ def lora_launch_args(plan: LoRAPlan, max_lora_rank: int | None = None, resident:
         # pins two slots, and SGLang allows at most max_loras_per_batch - 1 pinned adapters.
         "max_loras_per_batch": 3 if resident else 2,
         **({"custom_weight_loader": [LOADER_PATH]} if resident else {}),
+        # a default: engine_kwargs.sglang.lora_backend wins where set (verl_glue/server_args.py)
+        **({"lora_backend": lora_backend} if lora_backend else {}),
     }

@@ -345,6 +345,7 @@ def plugin_contract(sg: SGLang) -> dict:
     from verl_sglang_lora.runtime.lora_plan import LoRAPlan
     from verl_sglang_lora.sglang_contract.installed import cuda_graph_max_bs_field
     from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+    from verl_sglang_lora.sglang_contract.lora_backends import plugin_lora_backend
     from verl_sglang_lora.sglang_contract.lora_request import (
         build_lora_request,
         request_shape,
@@ -404,7 +405,8 @@ def plugin_contract(sg: SGLang) -> dict:
     launch_results: dict[str, dict] = {}
 
     def launch(name: str) -> dict:
-        args = lora_launch_args(LoRAPlan(rank=RANK, alpha=float(ALPHA), target_modules=launches[name], merge=False))
+        args = lora_launch_args(LoRAPlan(rank=RANK, alpha=float(ALPHA), target_modules=launches[name], merge=False),
+                                lora_backend=plugin_lora_backend())  # as the server actor launches
         res = {"launch_args": args, **sg.server_args_check(args), "max_lora_rank": args["max_lora_rank"]}
         if res["char_split"]:
             raise AssertionError(f"lora_target_modules resolved to characters: {res['resolved']}")
@@ -466,11 +468,12 @@ def import_verl_sglang_rollout() -> tuple[Any, list[str]]:
 
 def installed_facts() -> dict[str, Any]:
     """What the doctor reads of the installed SGLang: request shape, LoRA-capable modules, resident support."""
+    from verl_sglang_lora.sglang_contract.lora_backends import plugin_lora_backend
     from verl_sglang_lora.sglang_contract.lora_request import request_shape
     from verl_sglang_lora.sglang_contract.target_modules import supported_target_modules
 
     return {"shape": dataclasses.asdict(request_shape()), "supported": supported_target_modules(),
-            "resident_unsupported": resident_reason("auto", 1)}
+            "resident_unsupported": resident_reason("auto", 1), "lora_backend": plugin_lora_backend()}
 
 
 def registration_facts() -> dict[str, bool]:

@@ -735,7 +735,9 @@ class Doctor:
         try:
             # SGLang's supported-module list is passed explicitly: this process never imports SGLang.
             targets = sglang_target_modules(plan.target_modules, supported)
-            args = lora_launch_args(dataclasses.replace(plan, target_modules="all"), max_rank)
+            payload, _ = self.sglang_probe_result()  # the backend the server actor would pick (lora_backends.py)
+            args = lora_launch_args(dataclasses.replace(plan, target_modules="all"), max_rank,
+                                    lora_backend=(payload or {}).get("lora_backend"))
         except LoRAConfigError as exc:
             text = str(exc)
             fix = text.split("Fix: ", 1)[1] if "Fix: " in text else "use `all-linear` or a list of module names"

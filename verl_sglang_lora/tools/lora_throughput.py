@@ -31,23 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verl_sglang_lora.sglang_contract.lora_backends import declared_lora_backends
+
 GOAL_RATIO = 0.85
 LORA_OFF = "lora off"  # the row of the engine launched without LoRA: the plain base model's throughput
-
-
-def declared_backends() -> tuple[list[str], str]:
-    """(choices of ``--lora-backend`` in the installed SGLang's CLI, its default).
-
-    Both read from SGLang's own argparse definition (a dataclass ``ServerArgs`` up to 0.5.18, a msgspec struct on
-    0.5.23: the parser is what every release has), so a new or removed backend shows up without a version table; a
-    CLI without declared choices yields the default alone."""
-    from sglang.srt.server_args import ServerArgs
-
-    parser = argparse.ArgumentParser(add_help=False)
-    ServerArgs.add_cli_args(parser)
-    action = next(a for a in parser._actions if "--lora-backend" in a.option_strings)
-    default = str(action.default)
-    return ([str(c) for c in action.choices] if action.choices else [default]), default
 
 
 def select_backends(declared: list[str], wanted: list[str] | None) -> list[str]:
@@ -245,7 +232,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    declared, default = declared_backends()
+    declared, default = declared_lora_backends()
     backends = select_backends(declared, args.backend)
     print(f"SGLang --lora-backend choices: {declared} (default {default}); measuring {backends}", flush=True)
 

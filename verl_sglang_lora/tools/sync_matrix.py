@@ -95,9 +95,10 @@ class EngineBench:
 
         from verl_sglang_lora.runtime.lora_plan import lora_plan
         from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+        from verl_sglang_lora.sglang_contract.lora_backends import plugin_lora_backend
 
         plan = lora_plan({"lora_rank": max_rank, "target_modules": "all-linear", "lora": {}})
-        args = lora_launch_args(plan, resident=True)
+        args = lora_launch_args(plan, resident=True, lora_backend=plugin_lora_backend())  # as the server actor
         # SGLANG_GRPC_PORT stays unset: the in-process engine keeps ServerArgs' port 30000 (0.5.12 derives gRPC port
         # 40000 from it, in range), and on 0.5.23 setting the variable starts SGLang's native gRPC server
         self.engine = sglang.Engine(model_path=str(model_dir), mem_fraction_static=mem, skip_tokenizer_init=True,

@@ -14,6 +14,7 @@ from typing import Any, Callable
 logger = logging.getLogger(__name__)
 
 LORA_KEYS = ("enable_lora", "max_lora_rank", "lora_target_modules", "max_loras_per_batch")
+USER_WINS = ("lora_backend",)
 LOADERS_KEY = "custom_weight_loader"  # merged, not replaced: a user's own loaders stay allowed
 # verl's default rollout.load_format: SGLang starts on random weights that the trainer's first sync overwrites
 DUMMY_LOAD_FORMAT = "dummy"
@@ -25,7 +26,8 @@ def apply_lora_args(args: dict[str, Any], lora_args: dict[str, Any], declared: s
     missing = [k for k in lora_args if k not in declared]
     if missing:
         raise TypeError(f"the installed SGLang ServerArgs does not declare {missing}; LoRA adapters cannot be served")
-    out.update({k: v for k, v in lora_args.items() if k != LOADERS_KEY})
+    # the plugin's kernel backend is a default: one named in engine_kwargs.sglang stays
+    out.update({k: v for k, v in lora_args.items() if k != LOADERS_KEY and not (k in USER_WINS and k in args)})
     if LOADERS_KEY in lora_args:
         out[LOADERS_KEY] = [*(args.get(LOADERS_KEY) or []), *[p for p in lora_args[LOADERS_KEY]
                                                                if p not in (args.get(LOADERS_KEY) or [])]]
@@ -99,7 +101,7 @@ def wrap_server_args(
                            {k: final.get(k) for k in overrides}, {k: args.get(k) for k in overrides if k in args})
         logger.warning(
             "sglang_lora: launching SGLang with %s",
-            {k: final.get(k) for k in (*LORA_KEYS, LOADERS_KEY) if k in final} or "LoRA disabled (merge mode or no LoRA)",
+            {k: final.get(k) for k in (*LORA_KEYS, *USER_WINS, LOADERS_KEY) if k in final} or "LoRA disabled (merge mode or no LoRA)",
         )
         return original(**final)
 
