@@ -210,6 +210,8 @@ def test_the_plugin_launches_the_fastest_declared_backend_and_a_users_choice_win
     assert plugin_lora_backend(["csgmv", "triton", "triton_v2"]) == "triton_v2"
     assert plugin_lora_backend(["csgmv", "triton"]) == "triton"
     assert plugin_lora_backend(["csgmv"]) is None
+    # SGLang 0.5.23 refuses triton_v2 with DP attention (lora_hook._check_v2_lora_modes): the default moves on
+    assert plugin_lora_backend(["csgmv", "triton", "triton_v2"], {"enable_dp_attention": True}) == "triton"
     expected = next(b for b in FASTEST_FIRST if b in declared)
     plan = lora_plan({"lora_rank": 8, "target_modules": "all-linear", "lora": {}})
     assert "lora_backend" not in lora_launch_args(plan)  # SGLang's own default where none is given

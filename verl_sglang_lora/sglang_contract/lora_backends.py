@@ -11,8 +11,12 @@ triton 5,598, csgmv 4,999. A release that declares neither keeps its own default
 from __future__ import annotations
 
 import argparse
+from typing import Any, Mapping
 
 FASTEST_FIRST = ("triton_v2", "triton")
+# SGLang 0.5.23 refuses triton_v2 at launch with these on (arg_groups/lora_hook.py, _check_v2_lora_modes): the
+# plugin's default then moves to the next backend rather than fail the launch
+TRITON_V2_REFUSES = ("enable_dp_attention", "enable_two_batch_overlap", "enable_pdmux")
 LORA_BACKEND_SETTING = "actor_rollout_ref.rollout.engine_kwargs.sglang.lora_backend"
 
 
@@ -31,12 +35,14 @@ def declared_lora_backends() -> tuple[list[str], str]:
     return ([str(c) for c in action.choices] if action.choices else [default]), default
 
 
-def plugin_lora_backend(declared: list[str] | None = None) -> str | None:
+def plugin_lora_backend(declared: list[str] | None = None, launch: Mapping[str, Any] | None = None) -> str | None:
     """The backend the plugin launches with where the user names none: the first of ``FASTEST_FIRST`` among
-    ``declared`` (default: the installed SGLang's choices); None where SGLang is not importable or declares none."""
+    ``declared`` (default: the installed SGLang's choices) that the ``launch`` options (``engine_kwargs.sglang``)
+    allow; None where SGLang is not importable or declares none."""
     if declared is None:
         try:
             declared, _ = declared_lora_backends()
         except Exception:  # no SGLang here (a CPU preflight): SGLang's own default applies at launch
             return None
-    return next((b for b in FASTEST_FIRST if b in declared), None)
+    refused = {"triton_v2"} if any((launch or {}).get(k) for k in TRITON_V2_REFUSES) else set()
+    return next((b for b in FASTEST_FIRST if b in declared and b not in refused), None)
