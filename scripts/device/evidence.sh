@@ -32,7 +32,8 @@ for step in "$@"; do
         [ -s "$LOGDIR/matrix.json" ] && python3 scripts/records.py json sync_matrix "$LOGDIR/matrix.json" \
             --command "python -m verl_sglang_lora.benchmarks $args --iters ${MATRIX_ITERS:-30} --engine-arg attention_backend=triton --engine-arg sampling_backend=pytorch --engine-arg ${CG_FLAG#--}=8" --out "$RES" ;;
     faults)
-        STEPS=${FAULT_STEPS:-12} E2E_TIMEOUT=${FAULTS_TIMEOUT:-560} bash scripts/device/faults.sh | tail -6
+        # three actor relaunches (20-30 s each) and the first step's compiles: ~470 s on an H200; run it through bg.sh
+        STEPS=${FAULT_STEPS:-12} E2E_TIMEOUT=${FAULTS_TIMEOUT:-900} bash scripts/device/faults.sh | tail -6
         python3 scripts/records.py faults "$LOGDIR/e2e_faults.log" --steps "${FAULT_STEPS:-12}" --out "$RES" \
             --command "STEPS=${FAULT_STEPS:-12} bash scripts/device/faults.sh (the FSDP example, four faults injected in one run; triton attention, pytorch sampling, eager)" ;;
     *) echo "no step $step" >&2 ;;
