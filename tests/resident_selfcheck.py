@@ -79,7 +79,8 @@ LORA_SERVER_ARGS = dict(enable_lora=True, lora_eviction_policy="lru", lora_backe
 
 
 @contextlib.contextmanager
-def release_scope(tp_size: int, tp_rank: int, max_rank: int, max_loras: int) -> Iterator[Any]:
+def release_scope(tp_size: int, tp_rank: int, max_rank: int, max_loras: int,
+                  backend: str = "triton") -> Iterator[Any]:
     """The process state SGLang's LoRA code reads, per release; yields the server args to hand the manager.
 
     <= 0.5.12: ranks are constructor arguments and server args a plain attribute bag. >= 0.5.18: ranks come
@@ -89,7 +90,7 @@ def release_scope(tp_size: int, tp_rank: int, max_rank: int, max_loras: int) -> 
     """
     import types
 
-    settings = dict(LORA_SERVER_ARGS, max_loras_per_batch=max_loras, max_lora_rank=max_rank)
+    settings = dict(LORA_SERVER_ARGS, max_loras_per_batch=max_loras, max_lora_rank=max_rank, lora_backend=backend)
     try:
         from sglang.srt import runtime_context as rc
     except ImportError:
@@ -177,6 +178,24 @@ def build_manager(tp_size: int, tp_rank: int, max_rank: int, server_args: Any, m
                      target_modules=list(HF_TARGETS), lora_paths=None)
     with pinning_is_noop():
         return LoRAManager(**kwargs)
+
+
+def layers_reading_pool(manager: Any) -> tuple[int, list[str]]:
+    """(LoRA weight tensors the model's LoRA layers hold that share storage with the pool's buffers, the others).
+
+    The in-place write fills the pool; a backend whose layers kept their own copies would serve stale bytes."""
+    pool = manager.memory_pool
+    storages = {t.untyped_storage().data_ptr() for bufs in (*pool.A_buffer.values(), *pool.B_buffer.values())
+                for t in bufs}
+    shared, elsewhere = 0, []
+    for name, module in manager.base_model.named_modules():
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and (attr.startswith(("A_buffer", "B_buffer")) or attr in ("lora_a", "lora_b")):
+                if value.untyped_storage().data_ptr() in storages:
+                    shared += 1
+                else:
+                    elsewhere.append(f"{name}.{attr}")
+    return shared, elsewhere
 
 
 def peft_adapter(rank: int, seed: int, dtype: torch.dtype = DTYPE, layers: int | None = None,
@@ -369,9 +388,14 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {}
-    with release_scope(tp_size, tp_rank, max_rank, 3) as server_args:
-        manager = build_manager(tp_size, tp_rank, max_rank, server_args)
+    from verl_sglang_lora.sglang_contract.lora_backends import plugin_lora_backend
+
+    backend = plugin_lora_backend() or "triton"  # what the server actor launches this release with
+    with release_scope(tp_size, tp_rank, max_rank, 3, backend) as server_args:
+        manager = build_manager(tp_size, tp_rank, max_rank, server_args, backend=backend)
         pool = manager.memory_pool
+        out["backend"] = backend
+        out["layers_reading_pool"], out["layers_reading_elsewhere"] = layers_reading_pool(manager)
         for buffers in (*pool.A_buffer.values(), *pool.B_buffer.values()):
             for buf in buffers:  # 0.5.8 allocates the pool with torch.empty: give both slots the same past
                 buf.zero_()

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from tests.conftest import sglang_or_skip
+from verl_sglang_lora.sglang_contract.lora_backends import FASTEST_FIRST
 from verl_sglang_lora.runtime.resident import protocol as P
 from verl_sglang_lora.runtime.resident.protocol import ErrorCode
 
@@ -89,6 +90,9 @@ def cases_0512(started_probes):
 
 def _assert_case(c: dict, tp: int, rank: int) -> None:
     assert "error" not in c, c.get("traceback")
+    # the pool is built for the backend the plugin launches with, and every LoRA layer reads the pool the write fills
+    assert c["backend"] in FASTEST_FIRST
+    assert c["layers_reading_pool"] >= 8 and c["layers_reading_elsewhere"] == []  # 4 modules x 2 layers, A and B
     slots = c["slots"]
     assert slots["slot"] != slots["reference"] and slots["pool_slots"] == 3
     # the pool really is strided for r=8 (max rank 16) and sharded for tp=2: read from SGLang's buffers
