@@ -388,9 +388,10 @@ def check_case(tp_size: int, tp_rank: int, rank: int, max_rank: int) -> dict:
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {}
-    from verl_sglang_lora.sglang_contract.lora_backends import plugin_lora_backend
+    from verl_sglang_lora.sglang_contract.lora_backends import declared_lora_backends, plugin_lora_backend
 
-    backend = plugin_lora_backend() or "triton"  # what the server actor launches this release with
+    # what the server actor launches this release with (None: SGLang's own default)
+    backend = plugin_lora_backend() or declared_lora_backends()[1]
     with release_scope(tp_size, tp_rank, max_rank, 3, backend) as server_args:
         manager = build_manager(tp_size, tp_rank, max_rank, server_args, backend=backend)
         pool = manager.memory_pool

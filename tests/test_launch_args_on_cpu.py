@@ -210,8 +210,6 @@ def test_the_plugin_launches_the_fastest_declared_backend_and_a_users_choice_win
     assert plugin_lora_backend(["csgmv", "triton", "triton_v2"]) == "triton_v2"
     assert plugin_lora_backend(["csgmv", "triton"]) == "triton"
     assert plugin_lora_backend(["csgmv"]) is None
-    # SGLang 0.5.23 refuses triton_v2 with DP attention (lora_hook._check_v2_lora_modes): the default moves on
-    assert plugin_lora_backend(["csgmv", "triton", "triton_v2"], {"enable_dp_attention": True}) == "triton"
     expected = next(b for b in FASTEST_FIRST if b in declared)
     plan = lora_plan({"lora_rank": 8, "target_modules": "all-linear", "lora": {}})
     assert "lora_backend" not in lora_launch_args(plan)  # SGLang's own default where none is given
@@ -220,6 +218,15 @@ def test_the_plugin_launches_the_fastest_declared_backend_and_a_users_choice_win
     fields = set(_server_args_cls().__dataclass_fields__)
     assert apply_lora_args({"model_path": "m"}, args, fields)["lora_backend"] == expected
     assert apply_lora_args({"model_path": "m", "lora_backend": "csgmv"}, args, fields)["lora_backend"] == "csgmv"
+    assert apply_lora_args({"model_path": "m", "lora_backend": None}, args, fields)["lora_backend"] == expected
+    # the default fitted to the final arguments: triton where SGLang 0.5.23 refuses triton_v2 (DP attention over more
+    # than one rank, two-batch overlap, PD multiplexing); what SGLang itself refuses: test_lora_throughput_on_cpu
+    v2 = {**args, "lora_backend": "triton_v2"}
+    for final, backend in (({"attn_dp_size": 2}, "triton"), ({"enable_dp_attention": True, "dp_size": 2}, "triton"),
+                           ({"enable_dp_attention": True, "dp_size": 1}, "triton_v2"),
+                           ({"enable_two_batch_overlap": True}, "triton"), ({"enable_pdmux": True}, "triton"),
+                           ({}, "triton_v2")):
+        assert apply_lora_args({"model_path": "m", **final}, v2, fields)["lora_backend"] == backend, final
     assert lora_launch_args(lora_plan({"lora_rank": 8, "lora": {"merge": True}}), lora_backend=expected) == {}
     # SGLang's own LoRA check accepts the launch as rendered
     _run_sglang_lora_check({k: v for k, v in args.items() if k != "custom_weight_loader"})

@@ -25,8 +25,26 @@ except TypeError:  # a msgspec struct
     import msgspec
     declared = msgspec.structs.fields(ServerArgs)
 choices, default = declared_lora_backends()
+# where the release refuses triton_v2 (0.5.23's own check), against the plugin's reading of the same arguments
+from types import SimpleNamespace
+from verl_sglang_lora.sglang_contract.lora_backends import triton_v2_refusal
+try:
+    from sglang.srt.arg_groups.lora_hook import _check_v2_lora_modes
+except ImportError:
+    _check_v2_lora_modes = None
+refusals = []
+for case in ({"attn_dp_size": 2}, {"attn_dp_size": 1}, {"enable_two_batch_overlap": True}, {"enable_pdmux": True}, {}):
+    cfg = SimpleNamespace(**{"attn_dp_size": 1, "enable_pdmux": False, "enable_two_batch_overlap": False, **case})
+    if _check_v2_lora_modes is None:
+        break
+    try:
+        _check_v2_lora_modes(cfg, "--lora-backend triton_v2")
+        sglang_refuses = False
+    except ValueError:
+        sglang_refuses = True
+    refusals.append([case, sglang_refuses, triton_v2_refusal(case) is not None])
 print(json.dumps({"version": sglang.__version__, "choices": choices, "default": default,
-                  "plugin": plugin_lora_backend(),
+                  "plugin": plugin_lora_backend(), "refusals": refusals,
                   "field_default": next(f.default for f in declared if f.name == "lora_backend")}))
 """
 
@@ -42,8 +60,14 @@ def test_discovery_reads_each_releases_own_cli(discovered, version) -> None:
     assert out["version"] == version
     assert out["default"] == out["field_default"] and out["default"] in out["choices"]
     assert {"triton", "csgmv"} <= set(out["choices"])
-    # the plugin's launch default: the fastest measured backend the release declares (triton_v2 from 0.5.23 on)
-    assert out["plugin"] == ("triton_v2" if "triton_v2" in out["choices"] else "triton")
+    # the plugin's launch default: the first of FASTEST_FIRST the release declares, except where SGLang fixes the
+    # `all` target set at launch per backend (0.5.8: SGLang's own default stays)
+    assert out["plugin"] == (None if version == "0.5.8" else
+                             "triton_v2" if "triton_v2" in out["choices"] else "triton")
+    # the plugin refuses triton_v2 exactly where the release's own check does (releases that have triton_v2)
+    assert bool(out["refusals"]) is ("triton_v2" in out["choices"])
+    for case, sglang_refuses, plugin_refuses in out["refusals"]:
+        assert sglang_refuses is plugin_refuses, case
 
 
 def test_select_backends() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import ray
 
-from verl_sglang_lora.verl_glue.config_access import cfg_path, sglang_rank_count, to_plain
+from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
 from verl_sglang_lora.verl_glue.config_guards import check_config, overlay_applied, refuse_raw_video
 from verl_sglang_lora.runtime.lora_plan import lora_plan
 from verl_sglang_lora.runtime.memory import KV_CACHE, MemoryTagLedger
@@ -91,8 +91,7 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         # the in-place writes' weight-update session (SGLang >= 0.5.23), held across writes
         self.weight_session = HeldSession(self.resident_on and weight_update_session())
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on,
-                                          lora_backend=plugin_lora_backend(
-                                              launch=to_plain(cfg_path(self.config, "engine_kwargs.sglang", {}))))
+                                          lora_backend=plugin_lora_backend())
         # the resident slots' read-back mirrors live in SGLang's process beside its KV cache: kept free at launch
         mirror = mirror_bytes(getattr(self.model_config, "hf_config", None) or {}, self.lora.rank,
                               self.lora.target_modules) if self.resident_on else None

@@ -1,22 +1,28 @@
 """SGLang's LoRA kernel backends: which the installed release declares, and which one the plugin launches with.
 
 The plugin's default is the first of ``FASTEST_FIRST`` the installed SGLang declares; ``engine_kwargs.sglang.
-lora_backend`` wins where set. The order is measured, not assumed: decode tokens/s of a Qwen3-8B-shaped model with a
-rank-32 adapter on every linear module, 64 x 256 tokens (docs/benchmarks.md, "LoRA serving throughput";
-``python -m verl_sglang_lora.tools.lora_throughput``): on SGLang 0.5.23 triton_v2 8,159, triton 6,595, csgmv (that
-release's default) 4,870 tok/s, csgmv also slowing requests without an adapter to 0.60 of the plain model; on 0.5.12
-triton 5,598, csgmv 4,999. A release that declares neither keeps its own default.
+lora_backend`` wins where set. The order comes from the throughput benchmark (docs/benchmarks.md, "LoRA serving
+throughput"; ``python -m verl_sglang_lora.tools.lora_throughput``): decode tokens/s of a Qwen3-8B-shaped model with a
+rank-32 adapter on every linear module, 64 x 256 tokens. On SGLang 0.5.23: triton_v2 8,159, triton 6,595 and csgmv
+(that release's default) 4,870 tok/s; csgmv also slows requests without an adapter to 0.60 of the plain model. On
+0.5.12: triton 5,598 and csgmv 4,999.
+
+Where the default stays SGLang's own:
+- A release that declares neither backend.
+- A release whose argument check expands the ``all`` target set at launch. That is 0.5.8: it drops embed_tokens /
+  lm_head only under csgmv, so another backend would add embedding LoRA on pool buffers it never initialises.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 from typing import Any, Mapping
 
+logger = logging.getLogger(__name__)
+
 FASTEST_FIRST = ("triton_v2", "triton")
-# SGLang 0.5.23 refuses triton_v2 at launch with these on (arg_groups/lora_hook.py, _check_v2_lora_modes): the
-# plugin's default then moves to the next backend rather than fail the launch
-TRITON_V2_REFUSES = ("enable_dp_attention", "enable_two_batch_overlap", "enable_pdmux")
 LORA_BACKEND_SETTING = "actor_rollout_ref.rollout.engine_kwargs.sglang.lora_backend"
 
 
@@ -35,14 +41,46 @@ def declared_lora_backends() -> tuple[list[str], str]:
     return ([str(c) for c in action.choices] if action.choices else [default]), default
 
 
-def plugin_lora_backend(declared: list[str] | None = None, launch: Mapping[str, Any] | None = None) -> str | None:
+def plugin_lora_backend(declared: list[str] | None = None) -> str | None:
     """The backend the plugin launches with where the user names none: the first of ``FASTEST_FIRST`` among
-    ``declared`` (default: the installed SGLang's choices) that the ``launch`` options (``engine_kwargs.sglang``)
-    allow; None where SGLang is not importable or declares none."""
+    ``declared`` (default: the installed SGLang's choices, where it resolves ``all`` from the model); None leaves
+    SGLang's own default."""
     if declared is None:
+        from verl_sglang_lora.sglang_contract.target_modules import sglang_reads_all_linear_string
+
+        try:
+            import sglang  # noqa: F401 - no SGLang here (a CPU preflight): SGLang's default applies at launch
+        except ImportError:
+            return None
+        if not sglang_reads_all_linear_string():  # the `all` set is fixed at launch, per backend (0.5.8)
+            return None
         try:
             declared, _ = declared_lora_backends()
-        except Exception:  # no SGLang here (a CPU preflight): SGLang's own default applies at launch
+        except Exception as exc:  # noqa: BLE001 - a parser the plugin cannot read: say so, keep SGLang's default
+            logger.warning("sglang_lora: cannot read --lora-backend's choices from the installed SGLang (%s: %s); "
+                           "launching with SGLang's default LoRA backend", type(exc).__name__, exc)
             return None
-    refused = {"triton_v2"} if any((launch or {}).get(k) for k in TRITON_V2_REFUSES) else set()
-    return next((b for b in FASTEST_FIRST if b in declared and b not in refused), None)
+    return next((b for b in FASTEST_FIRST if b in declared), None)
+
+
+def triton_v2_refusal(args: Mapping[str, Any]) -> str | None:
+    """Why SGLang 0.5.23 would refuse ``--lora-backend triton_v2`` with these final launch arguments
+    (``arg_groups/lora_hook.py``, ``_check_v2_lora_modes``), or None."""
+    dp = int(args.get("dp_size") or 1)
+    attn_dp = int(args.get("attn_dp_size") or (dp if args.get("enable_dp_attention") else 1))
+    for refused, mode in ((attn_dp > 1, "DP attention"), (bool(args.get("enable_two_batch_overlap")), "two-batch overlap"),
+                          (bool(args.get("enable_pdmux")), "PD multiplexing"),
+                          (os.environ.get("SGLANG_EXPERIMENTAL_LORA_OPTI", "").lower() in ("1", "true"),
+                           "SGLANG_EXPERIMENTAL_LORA_OPTI")):
+        if refused:
+            return mode
+    return None
+
+
+def launch_backend(default: str, args: Mapping[str, Any]) -> str:
+    """The plugin's ``default`` for these final launch arguments: triton (declared wherever triton_v2 is) where
+    SGLang would refuse triton_v2."""
+    if default == "triton_v2" and (why := triton_v2_refusal(args)):
+        logger.warning("sglang_lora: LoRA backend triton instead of triton_v2, which SGLang refuses with %s", why)
+        return "triton"
+    return default

@@ -11,6 +11,8 @@ import dataclasses
 import logging
 from typing import Any, Callable
 
+from verl_sglang_lora.sglang_contract.lora_backends import launch_backend
+
 logger = logging.getLogger(__name__)
 
 LORA_KEYS = ("enable_lora", "max_lora_rank", "lora_target_modules", "max_loras_per_batch")
@@ -26,8 +28,11 @@ def apply_lora_args(args: dict[str, Any], lora_args: dict[str, Any], declared: s
     missing = [k for k in lora_args if k not in declared]
     if missing:
         raise TypeError(f"the installed SGLang ServerArgs does not declare {missing}; LoRA adapters cannot be served")
-    # the plugin's kernel backend is a default: one named in engine_kwargs.sglang stays
-    out.update({k: v for k, v in lora_args.items() if k != LOADERS_KEY and not (k in USER_WINS and k in args)})
+    # the plugin's kernel backend is a default: one named in engine_kwargs.sglang (or a topology override) stays;
+    # the default itself is fitted to the final arguments (lora_backends.launch_backend)
+    out.update({k: v for k, v in lora_args.items() if k not in (LOADERS_KEY, *USER_WINS)})
+    if lora_args.get("lora_backend") and args.get("lora_backend") is None:
+        out["lora_backend"] = launch_backend(lora_args["lora_backend"], out)
     if LOADERS_KEY in lora_args:
         out[LOADERS_KEY] = [*(args.get(LOADERS_KEY) or []), *[p for p in lora_args[LOADERS_KEY]
                                                                if p not in (args.get(LOADERS_KEY) or [])]]
