@@ -69,6 +69,12 @@ def test_good_fsdp_config_passes(tiny_qwen3, capsys):
     assert "adapter (hot-swapped)" in table["lora"][0][1]
     assert '"lora_target_modules": ["all"]' in table["launch args"][0][1]
     assert '"max_lora_rank": 32' in table["launch args"][0][1]
+    # the LoRA kernel backend the launch gets: the plugin's default for the installed SGLang (lora_backends.py)
+    from verl_sglang_lora.sglang_contract.lora_backends import plugin_lora_backend
+
+    default = plugin_lora_backend()
+    if default:  # None only where SGLang is not importable here
+        assert f'"lora_backend": "{default}"' in table["launch args"][0][1]
     assert "q_proj" in table["target modules"][0][1] and ".base_layer.weight ->" in table["target modules"][0][1]
     assert "['kv_cache']" in table["memory tags"][0][1] and "sleep_level=1" in table["memory tags"][0][1]
     # request shape: imported where SGLang imports, read from its source on a CPU host that cannot import it
@@ -322,3 +328,19 @@ def test_an_untested_combination_is_said_with_the_tested_sets() -> None:
     assert status == WARN and detail.startswith("untested combination: verl 0.9.1, sglang 0.5.12, torch 2.14.1")
     assert "verl0.9.1-sglang0.5.23: verl 0.9.1, sglang 0.5.23, torch 2.14.1, transformers 5.19.0" in detail
     assert "constraints/verl0.9.1-sglang0.5.12.txt" in fix
+
+
+def test_doctor_shows_the_users_lora_backend_and_the_default_fitted_to_the_launch(tiny_qwen3, capsys):
+    """A backend set in engine_kwargs.sglang is what the launch gets; DP attention over two ranks moves the plugin's
+    triton_v2 default to triton (SGLang 0.5.23 refuses the pair), shown before any worker starts."""
+    from verl_sglang_lora.sglang_contract.lora_backends import launch_backend, plugin_lora_backend
+
+    _, out = doctor(capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA,
+                    "+actor_rollout_ref.rollout.engine_kwargs.sglang.lora_backend=csgmv")
+    assert '"lora_backend": "csgmv"' in rows(out)["launch args"][0][1]
+    dp = {"enable_dp_attention": True, "dp_size": 2}
+    _, out = doctor(capsys, f"actor_rollout_ref.model.path={tiny_qwen3}", *FSDP_LORA,
+                    *(f"+actor_rollout_ref.rollout.engine_kwargs.sglang.{k}={v}" for k, v in dp.items()))
+    default = plugin_lora_backend()
+    if default:
+        assert f'"lora_backend": "{launch_backend(default, dp)}"' in rows(out)["launch args"][0][1]

@@ -479,7 +479,8 @@ class Doctor:
             return
         targets = None
         if settings is not None:
-            targets = self.guarded("launch args", self.check_launch_args, plan, settings)
+            sglang_kwargs = to_plain(_select(cfg, "actor_rollout_ref.rollout.engine_kwargs.sglang")) or {}
+            targets = self.guarded("launch args", self.check_launch_args, plan, settings, sglang_kwargs)
         self.guarded("model", self.check_model, model_cfg, plan, targets)
         self.guarded("memory tags", self.check_memory, plan, cfg)
         if str(_select(cfg, "actor_rollout_ref.actor.strategy")) == "megatron" and plan.enabled:
@@ -710,9 +711,10 @@ class Doctor:
         self.add("tp vs heads", OK, f"{TP_SETTING}={tp}; num_attention_heads={text.get('num_attention_heads')}, "
                  f"num_key_value_heads={text.get('num_key_value_heads')}")
 
-    def check_launch_args(self, plan: Any, settings: Any) -> list[str] | None:
+    def check_launch_args(self, plan: Any, settings: Any, sglang_kwargs: dict | None = None) -> list[str] | None:
         from verl_sglang_lora.runtime.settings import SETTINGS_PATH
         from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
+        from verl_sglang_lora.sglang_contract.lora_backends import launch_backend
         from verl_sglang_lora.sglang_contract.target_modules import (
             TARGET_MODULES_SETTING,
             LoRAConfigError,
@@ -735,9 +737,12 @@ class Doctor:
         try:
             # SGLang's supported-module list is passed explicitly: this process never imports SGLang.
             targets = sglang_target_modules(plan.target_modules, supported)
-            payload, _ = self.sglang_probe_result()  # the backend the server actor would pick (lora_backends.py)
-            args = lora_launch_args(dataclasses.replace(plan, target_modules="all"), max_rank,
-                                    lora_backend=(payload or {}).get("lora_backend"))
+            # the backend the launch gets: the user's, else the plugin's default for these arguments (lora_backends.py)
+            payload, _ = self.sglang_probe_result()
+            backend = (sglang_kwargs or {}).get("lora_backend")
+            if backend is None and (payload or {}).get("lora_backend"):
+                backend = launch_backend(payload["lora_backend"], sglang_kwargs or {})
+            args = lora_launch_args(dataclasses.replace(plan, target_modules="all"), max_rank, lora_backend=backend)
         except LoRAConfigError as exc:
             text = str(exc)
             fix = text.split("Fix: ", 1)[1] if "Fix: " in text else "use `all-linear` or a list of module names"
