@@ -106,7 +106,8 @@ def wrap_server_args(
                            {k: final.get(k) for k in overrides}, {k: args.get(k) for k in overrides if k in args})
         logger.warning(
             "sglang_lora: launching SGLang with %s",
-            {k: final.get(k) for k in (*LORA_KEYS, *USER_WINS, LOADERS_KEY) if k in final} or "LoRA disabled (merge mode or no LoRA)",
+            {k: final.get(k) for k in (*LORA_KEYS, *USER_WINS, LOADERS_KEY) if k in final}
+            if final.get("enable_lora") else "LoRA disabled (merge mode or no LoRA)",
         )
         return original(**final)
 
