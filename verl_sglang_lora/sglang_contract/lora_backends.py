@@ -84,3 +84,11 @@ def launch_backend(default: str, args: Mapping[str, Any]) -> str:
         logger.warning("sglang_lora: LoRA backend triton instead of triton_v2, which SGLang refuses with %s", why)
         return "triton"
     return default
+
+
+def chosen_backend(default: str | None, args: Mapping[str, Any]) -> str | None:
+    """The backend a launch with these arguments gets: the one they name (``engine_kwargs.sglang`` or a topology
+    override), else the plugin's ``default`` fitted to them; None leaves SGLang's own default."""
+    if args.get("lora_backend") is not None:
+        return args["lora_backend"]
+    return launch_backend(default, args) if default else None

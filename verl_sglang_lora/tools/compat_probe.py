@@ -403,10 +403,11 @@ def plugin_contract(sg: SGLang) -> dict:
         "megatron_default": list(MEGATRON_DEFAULT),  # model.lora.target_modules default
     }
     launch_results: dict[str, dict] = {}
+    backend = plugin_lora_backend()  # as the server actor launches
 
     def launch(name: str) -> dict:
         args = lora_launch_args(LoRAPlan(rank=RANK, alpha=float(ALPHA), target_modules=launches[name], merge=False),
-                                lora_backend=plugin_lora_backend())  # as the server actor launches
+                                lora_backend=backend)
         res = {"launch_args": args, **sg.server_args_check(args), "max_lora_rank": args["max_lora_rank"]}
         if res["char_split"]:
             raise AssertionError(f"lora_target_modules resolved to characters: {res['resolved']}")

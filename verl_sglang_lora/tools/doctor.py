@@ -714,7 +714,7 @@ class Doctor:
     def check_launch_args(self, plan: Any, settings: Any, sglang_kwargs: dict | None = None) -> list[str] | None:
         from verl_sglang_lora.runtime.settings import SETTINGS_PATH
         from verl_sglang_lora.sglang_contract.launch_args import lora_launch_args
-        from verl_sglang_lora.sglang_contract.lora_backends import launch_backend
+        from verl_sglang_lora.sglang_contract.lora_backends import chosen_backend
         from verl_sglang_lora.sglang_contract.target_modules import (
             TARGET_MODULES_SETTING,
             LoRAConfigError,
@@ -739,9 +739,7 @@ class Doctor:
             targets = sglang_target_modules(plan.target_modules, supported)
             # the backend the launch gets: the user's, else the plugin's default for these arguments (lora_backends.py)
             payload, _ = self.sglang_probe_result()
-            backend = (sglang_kwargs or {}).get("lora_backend")
-            if backend is None and (payload or {}).get("lora_backend"):
-                backend = launch_backend(payload["lora_backend"], sglang_kwargs or {})
+            backend = chosen_backend((payload or {}).get("lora_backend"), sglang_kwargs or {})
             args = lora_launch_args(dataclasses.replace(plan, target_modules="all"), max_rank, lora_backend=backend)
         except LoRAConfigError as exc:
             text = str(exc)

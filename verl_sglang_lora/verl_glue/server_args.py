@@ -11,7 +11,7 @@ import dataclasses
 import logging
 from typing import Any, Callable
 
-from verl_sglang_lora.sglang_contract.lora_backends import launch_backend
+from verl_sglang_lora.sglang_contract.lora_backends import chosen_backend
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +31,8 @@ def apply_lora_args(args: dict[str, Any], lora_args: dict[str, Any], declared: s
     # the plugin's kernel backend is a default: one named in engine_kwargs.sglang (or a topology override) stays;
     # the default itself is fitted to the final arguments (lora_backends.launch_backend)
     out.update({k: v for k, v in lora_args.items() if k not in (LOADERS_KEY, *USER_WINS)})
-    if lora_args.get("lora_backend") and args.get("lora_backend") is None:
-        out["lora_backend"] = launch_backend(lora_args["lora_backend"], out)
+    if backend := chosen_backend(lora_args.get("lora_backend"), out):
+        out["lora_backend"] = backend
     if LOADERS_KEY in lora_args:
         out[LOADERS_KEY] = [*(args.get(LOADERS_KEY) or []), *[p for p in lora_args[LOADERS_KEY]
                                                                if p not in (args.get(LOADERS_KEY) or [])]]
