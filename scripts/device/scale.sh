@@ -28,7 +28,7 @@
 # GPU memory: scripts/device/mem_sampler.py samples every second during each arm (nvidia-smi's per-process figure,
 # by process title); the record's peak_gpu_gib holds the trainer's and SGLang's largest.
 # The checkpoint is written once under SCALE_DIR and reused. Each arm runs under RUN_TIMEOUT seconds; ARMS=one
-# arm runs just that one.
+# arm runs just that one; ARMS=none only writes the checkpoint (CPU and disk work that can overlap another GPU job).
 # An 8B arm can run longer than one 600 s remote command: run it detached through scripts/device/bg.sh, e.g.
 # bg.sh start m8 env SHAPE=qwen3-8b ARMS=merge bash scripts/device/scale.sh, then bg.sh wait m8.
 set -uo pipefail
@@ -47,7 +47,7 @@ SCALE_DIR=${SCALE_DIR:-/tmp/scale}; SCALE_LOGS=${SCALE_LOGS:-/tmp/scale_logs}
 EXAMPLE=examples/run_qwen3_lora_$TRAINER.sh
 MODEL=$SCALE_DIR/$SHAPE; DATA=$SCALE_DIR/offline/testset
 mkdir -p "$LOGDIR/results" "$SCALE_LOGS"
-read -ra arms <<< "$ARMS"
+arms=(); [ "$ARMS" = none ] || read -ra arms <<< "$ARMS"
 
 if [ "$TRAINER" = megatron ]; then source scripts/device/megatron_env.sh || exit 1; fi
 
@@ -140,4 +140,5 @@ for arm in "${arms[@]}"; do
         --command "TRAINER=$TRAINER SHAPE=$SHAPE STEPS=$STEPS RESP=$RESP ARMS=$arm bash scripts/device/scale.sh: LORA_RANK=$rank bash $EXAMPLE $(common_args | tr '\n' ' ')$(echo $extra) ($how)"
     grep -E "Traceback|Error" "$log" | grep -v "UserWarning\|warnings.warn" | tail -3
 done
+[ ${#arms[@]} -gt 0 ] || exit 0
 tar czf "$LOGDIR/scale_logs.tgz" -C "$SCALE_LOGS" .
