@@ -1,0 +1,94 @@
+"""LoRA on fused MoE experts: PEFT's ``target_parameters`` tensors as the 3-D expert weights SGLang's LoRA loader takes.
+
+transformers 5 stores a Qwen3-MoE layer's experts as ``mlp.experts.gate_up_proj`` [E, 2I, H] (gate rows first) and
+``mlp.experts.down_proj`` [E, H, I]; PEFT adapts them through ``target_parameters`` with one ParamWrapper per
+parameter, nested on the same module, so both adapters sit under ``mlp.experts`` (the inner one under
+``mlp.experts.base_layer``): A is [r*E, in], expert-major (``A_e = A[e*r:(e+1)*r]``), B is [out, r*E], rank-major
+with the expert index fastest (``B_e = B[:, e::E]``), and ``delta_W_e = (alpha/r) * B_e @ A_e``.
+
+SGLang (0.5.12 on: ``sglang/srt/lora/lora.py``, ``mem_pool.py``) takes ``mlp.experts.<proj>.lora_A.weight`` as
+[E, r, in] and ``lora_B.weight`` as [E, out, r] with the expert dimension first, stacks gate/up itself, and stores
+the expert B multiplied by ``alpha/r`` in its pool (dense B is not): the tensors here are sent unscaled.
+
+Which wrapper is gate_up and which is down is read from the shapes, never from the nesting (it follows the order
+the parameters were registered in): gate_up's A takes H columns and its B has 2I rows; down's A takes I and its B
+has H rows. Both cannot match the other's pair (that would need H = I and H = 2I).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+EXPERTS_SEGMENT = ".mlp.experts."
+PROJECTIONS = ("gate_up_proj", "down_proj")
+
+
+class ExpertLoRAError(ValueError):
+    """Expert LoRA tensors that do not form the two fused-expert adapters of a layer."""
+
+
+@dataclass(frozen=True)
+class ExpertDims:
+    num_experts: int
+    hidden: int
+    intermediate: int  # per expert (``moe_intermediate_size``)
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict) -> "ExpertDims":
+        cfg = cfg.get("text_config", cfg)
+        return cls(int(cfg["num_experts"]), int(cfg["hidden_size"]), int(cfg["moe_intermediate_size"]))
+
+    def projection(self, a: torch.Tensor, b: torch.Tensor) -> str:
+        """``gate_up_proj`` or ``down_proj`` for one (A, B) pair of PEFT tensors, from their shapes."""
+        if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1] or a.shape[0] % self.num_experts:
+            raise ExpertLoRAError(f"expert LoRA A {tuple(a.shape)} / B {tuple(b.shape)} is not a [r*E, in] / "
+                                  f"[out, r*E] pair for {self.num_experts} experts")
+        shapes = {"gate_up_proj": (self.hidden, 2 * self.intermediate), "down_proj": (self.intermediate, self.hidden)}
+        found = [p for p, (fan_in, fan_out) in shapes.items() if (a.shape[1], b.shape[0]) == (fan_in, fan_out)]
+        if len(found) != 1:
+            raise ExpertLoRAError(f"expert LoRA A {tuple(a.shape)} / B {tuple(b.shape)} matches neither gate_up_proj "
+                                  f"(in {self.hidden}, out {2 * self.intermediate}) nor down_proj "
+                                  f"(in {self.intermediate}, out {self.hidden})")
+        return found[0]
+
+
+def is_expert_lora(name: str) -> bool:
+    return EXPERTS_SEGMENT in name and (".lora_A." in name or ".lora_B." in name)
+
+
+def to_sglang_experts(tensors: dict[str, torch.Tensor], dims: ExpertDims) -> dict[str, torch.Tensor]:
+    """``tensors`` with every fused-expert PEFT pair replaced by SGLang's 3-D ``mlp.experts.<proj>.lora_{A,B}``; the
+    other tensors unchanged. Raises :class:`ExpertLoRAError` on a half pair or two pairs for one projection."""
+    out: dict[str, torch.Tensor] = {}
+    pairs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}  # (layer prefix, wrapper path) -> {"A", "B"}
+    for name, tensor in tensors.items():
+        if not is_expert_lora(name):
+            out[name] = tensor
+            continue
+        prefix, _, tail = name.partition(EXPERTS_SEGMENT)  # tail: [base_layer.]lora_A[.default].weight
+        wrapper, _, leaf = tail.partition("lora_")
+        pairs.setdefault((prefix, wrapper), {})[leaf[0]] = tensor
+    seen: set[tuple[str, str]] = set()
+    for (prefix, wrapper), pair in sorted(pairs.items()):
+        if set(pair) != {"A", "B"}:
+            raise ExpertLoRAError(f"{prefix}{EXPERTS_SEGMENT}{wrapper}lora_*: only lora_{''.join(pair)} present")
+        a, b = pair["A"], pair["B"]
+        proj = dims.projection(a, b)
+        if (prefix, proj) in seen:
+            raise ExpertLoRAError(f"{prefix}{EXPERTS_SEGMENT}: two adapters for {proj}")
+        seen.add((prefix, proj))
+        r = a.shape[0] // dims.num_experts
+        base = f"{prefix}{EXPERTS_SEGMENT}{proj}"
+        out[f"{base}.lora_A.weight"] = a.reshape(dims.num_experts, r, a.shape[1])
+        out[f"{base}.lora_B.weight"] = b.reshape(b.shape[0], r, dims.num_experts).permute(2, 0, 1).contiguous()
+    return out
+
+
+def expert_deltas(a: torch.Tensor, b: torch.Tensor, num_experts: int, scaling: float) -> torch.Tensor:
+    """PEFT's per-expert ``delta_W`` [E, out, in] of one fused-expert pair, in float32 (the reference the tests hold
+    SGLang's pool to)."""
+    r = a.shape[0] // num_experts
+    return torch.stack([scaling * b[:, e::num_experts].float() @ a[e * r:(e + 1) * r].float()
+                        for e in range(num_experts)])
