@@ -3,7 +3,10 @@
 ``load_lora_adapter_from_tensors`` and ``LoRAMemoryPool``, over a stand-in built from SGLang's own ``FusedMoE``,
 ``QKVParallelLinear`` and ``RowParallelLinear`` layers. Prints one JSON line: the relative error of every expert's
 delta as the pool holds it (SGLang's MoE math: gate from A rows [0:max_r], up from [max_r:2 max_r], B pre-scaled)
-against PEFT's own ``get_delta_weight``, for the conversion and for a wrong one (B sliced expert-major).
+against PEFT's own ``get_delta_weight``, for the conversion and for a wrong one (B sliced expert-major); and the
+plugin's loader entry point (``runtime/resident/loader.apply``) on that pool: its ``verify`` of the load against the
+tensors sent (which must pass), against structured corruptions (which must fail), and its ``attach`` of an in-place
+slot (refused: SGLang stores expert B scaled, so an in-place write would not be the trainer's bytes).
 
     python -m tests.expert_pool_probe [--tp 1] [--tp-rank 0]
 """
@@ -195,13 +198,60 @@ def load_and_compare(tensors: dict, deltas: dict, cfg: dict, tp: int, tp_rank: i
             manager.fetch_new_loras({ref.lora_id})
         pool = manager.memory_pool
         slot = pool.uid_to_buffer_id[ref.lora_id]
+        verify = loader_verdicts(manager, tensors)
         errors = {}
         for layer in range(LAYERS):
             for param, key in (("gate_up_proj", "gate_up_proj_moe"), ("down_proj", "down_proj_moe")):
                 want = this_rank(deltas[(layer, param)], key, tp, tp_rank)
                 got = pool_deltas(pool, slot, layer, key)
                 errors[f"layer{layer}.{param}"] = float((got - want).abs().max() / want.abs().max())
-        return {"loaded": True, "buffers": sorted(k for k in pool.A_buffer if k.endswith("_moe")), "rel_err": errors}
+        return {"loaded": True, "buffers": sorted(k for k in pool.A_buffer if k.endswith("_moe")), "rel_err": errors,
+                "loader": verify}
+
+
+def corruptions(tensors: dict) -> dict[str, dict]:
+    """The tensors sent, each changed in one structured way the loader's verify must see."""
+    def changed(part: str, edit: Any) -> dict:
+        name = next(n for n in sorted(tensors) if part in n)
+        t = tensors[name].clone()
+        edit(t)
+        return {**tensors, name: t}
+
+    def sign(t: torch.Tensor) -> None:
+        t[1, 0, 0] = -t[1, 0, 0]
+
+    def swap(t: torch.Tensor) -> None:
+        t[[0, 1]] = t[[1, 0]].clone()
+
+    def plus_minus(t: torch.Tensor) -> None:  # (+d, -2d, +d) down the rank rows: sums unchanged; in the first and
+        for col in (0, -1):                      # the last input column, so that every TP rank's slice has one
+            d = t[0, :3, col].abs().max() + 1
+            t[0, :3, col] += torch.tensor([1.0, -2.0, 1.0], dtype=t.dtype) * d
+
+    def last_expert(t: torch.Tensor) -> None:  # one expert's B from a stale version
+        t[-1] *= 2
+
+    return {"expert_B_sign_flip": changed("experts.down_proj.lora_B", sign),
+            "experts_swapped_in_A": changed("experts.gate_up_proj.lora_A", swap),
+            "plus_minus_in_expert_A": changed("experts.down_proj.lora_A", plus_minus),
+            "one_expert_B_stale": changed("experts.gate_up_proj.lora_B", last_expert)}
+
+
+def loader_verdicts(manager: Any, tensors: dict) -> dict:
+    """The loader's answers on this pool: verify (the tensors sent, then each corruption), then an attach."""
+    from verl_sglang_lora.runtime.resident import protocol as P
+    from verl_sglang_lora.runtime.resident.loader import apply
+
+    def run(op: str, sent: dict, **fields: Any) -> dict:
+        status, message = P.new_status(), P.new_message()
+        apply(manager.base_model, P.request_tensors(op, status, sent, message, slot="experts", **fields))
+        return {**P.read_status(status), "message": P.read_message(message)}
+
+    out = {"sent": run("verify", tensors, allow_unpinned=1)}
+    for what, sent in corruptions(tensors).items():
+        out[what] = run("verify", sent, allow_unpinned=1)
+    out["attach"] = run("attach", tensors, version=1, write=1)
+    return {k: {"ok": v["ok"], "error": v["error_text"], "message": v["message"][:300]} for k, v in out.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,3 +97,17 @@ def test_each_releases_pool_serves_the_converted_experts(probes, probes_tp2, ver
     assert converted["buffers"] == ["down_proj_moe", "gate_up_proj_moe"]
     assert len(converted["rel_err"]) == 4 and max(converted["rel_err"].values()) < BF16_REL
     assert wrong["loaded"] and min(wrong["rel_err"].values()) > 0.5  # the comparison catches a wrong layout
+
+
+@pytest.mark.parametrize("version", MOE_RELEASES)
+@pytest.mark.parametrize("tp", [1, 2])
+def test_loader_verifies_expert_bytes_on_each_releases_pool(probes, probes_tp2, version, tp) -> None:
+    """The loader's verify reads SGLang's expert buffers (B as SGLang stores it, times the scaling) against the
+    tensors sent: the load passes; each structured corruption fails; an in-place attach of experts is refused."""
+    loader = release_result(probes if tp == 1 else probes_tp2, version)["converted"]["loader"]
+    assert loader["sent"]["ok"], loader["sent"]
+    corrupted = {k: v for k, v in loader.items() if k not in ("sent", "attach")}
+    assert len(corrupted) == 4
+    for what, verdict in corrupted.items():
+        assert not verdict["ok"] and verdict["error"] == "the slot's bytes differ from the trainer's", what
+    assert not loader["attach"]["ok"] and "expert LoRA B multiplied by the scaling" in loader["attach"]["message"]

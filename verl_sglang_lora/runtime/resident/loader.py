@@ -40,7 +40,7 @@ _SLOTS: dict[tuple[int, str], SlotState] = {}
 _KEEP: dict[tuple[str, str], tuple] = {}
 
 
-def _bind(manager: Any, uid: str, slot: int, req: P.Request) -> list[CopyPair]:
+def _bind(manager: Any, uid: str, slot: int, req: P.Request, write: bool) -> list[CopyPair]:
     """The request's adapter tensors bound to ``slot`` by the layout SGLang's own load gives them on this rank."""
     if not req.tensors:
         raise ResidentError(E.BAD_REQUEST, f"op={req.op} carries the adapter tensors")
@@ -48,7 +48,11 @@ def _bind(manager: Any, uid: str, slot: int, req: P.Request) -> list[CopyPair]:
     if layout.unused_sources:
         raise ResidentError(E.UNSUPPORTED_LAYOUT, f"SGLang's load ignores {len(layout.unused_sources)} tensors, "
                                                   f"e.g. {layout.unused_sources[0]}: they would never reach the slot")
-    return bind(layout, manager.memory_pool, slot, req.tensors)
+    if write and layout.scaled:
+        raise ResidentError(E.UNSUPPORTED_LAYOUT, "SGLang stores expert LoRA B multiplied by the scaling: an in-place "
+                                                  "write would be arithmetic, not the trainer's bytes (versioned loads "
+                                                  "of this adapter are verified instead)")
+    return bind(layout, manager.memory_pool, slot, req.tensors, getattr(manager.loras.get(uid), "scaling", None))
 
 
 def _check_pairs(pairs: list[CopyPair], what: str) -> None:
@@ -105,7 +109,7 @@ def _slot(manager: Any, req: P.Request) -> tuple[str, int]:
 
 
 def _attach(manager: Any, uid: str, slot: int, req: P.Request, fields: dict[int, int]) -> str:
-    pairs = _bind(manager, uid, slot, req)
+    pairs = _bind(manager, uid, slot, req, write=True)
     mirror, reason = (None, "the attach carried no flat buffer") if req.flat is None else \
         Mirror.build(req.flat, pairs, sum(t.numel() for t in req.tensors.values()))
     state = SlotState(slot, pairs, req.flat, mirror, req.reply, fields[P.VERSION])
@@ -135,7 +139,7 @@ def handle(model: Any, req: P.Request) -> tuple[dict[int, int], str]:
             raise ResidentError(E.SLOTS_DIFFER, text)
         return fields, text
     if req.op == "verify":
-        pairs = _bind(manager, uid, slot, req)
+        pairs = _bind(manager, uid, slot, req, write=False)
         _check_pairs(pairs, f"the pool's bytes for {req.get('slot')!r}")
         fields.update({P.N_COPIES: len(pairs), P.VERIFIED_BY: P.BY_PAIRS})
         return fields, f"verified {len(pairs)} blocks against the tensors sent"

@@ -27,8 +27,9 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class Block:
-    """``dst[row0:row0+rows, col0:col0+cols]`` of ``{A,B}_buffer[module][layer][slot]`` receives
-    ``src.flatten()[offset + i*stride + j]`` (or zeros when ``src`` is None)."""
+    """``dst[row0:row0+rows, col0:col0+cols]`` of ``{A,B}_buffer[module][layer][slot]`` (an expert buffer's
+    [experts, rows, cols] read as [experts * rows, cols]) receives ``src.flatten()[offset + i*stride + j]`` (or
+    zeros when ``src`` is None), times the adapter's scaling where ``scaled`` (SGLang's expert B)."""
 
     buffer: str  # "A" or "B"
     module: str  # pool key, e.g. "qkv_proj"
@@ -40,6 +41,7 @@ class Block:
     src: Optional[str] = None
     offset: int = 0
     stride: int = 0
+    scaled: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,11 @@ class SlotLayout:
     sources: tuple[SourceSpec, ...]
     blocks: tuple[Block, ...]
     unused_sources: tuple[str, ...] = ()
+
+    @property
+    def scaled(self) -> bool:
+        """Whether a write is more than a copy: SGLang stores some blocks multiplied by the scaling."""
+        return any(b.scaled for b in self.blocks)
 
     @property
     def copied_elements(self) -> int:
@@ -71,20 +78,24 @@ class SlotLayout:
 CopyPair = tuple[Optional[torch.Tensor], torch.Tensor]
 
 
-def bind(layout: SlotLayout, pool: Any, slot: int, sources: Mapping[str, torch.Tensor]) -> list[CopyPair]:
-    """(source view, destination view) pairs into ``slot`` of ``pool``; nothing is copied here."""
+def bind(layout: SlotLayout, pool: Any, slot: int, sources: Mapping[str, torch.Tensor],
+         scaling: float | None = None) -> list[CopyPair]:
+    """(source view, destination view) pairs into ``slot`` of ``pool``; nothing is copied here, except a scaled
+    block's source: ``view * scaling`` in the source's dtype, the product SGLang's load stores."""
     layout.check_sources(sources)
+    if layout.scaled and scaling is None:
+        raise ValueError("the layout has blocks SGLang stores scaled (expert B): bind needs the adapter's scaling")
     flat = {name: t.reshape(-1) for name, t in sources.items()}
     pairs: list[CopyPair] = []
     for b in layout.blocks:
         buffers = pool.A_buffer if b.buffer == "A" else pool.B_buffer
-        dst = buffers[b.module][b.layer][slot, b.row0:b.row0 + b.rows, b.col0:b.col0 + b.cols]
+        dst = buffers[b.module][b.layer][slot].flatten(0, -2)[b.row0:b.row0 + b.rows, b.col0:b.col0 + b.cols]
         if b.src is None:
             pairs.append((None, dst))
             continue
         base = flat[b.src]
         src = base.as_strided((b.rows, b.cols), (b.stride, 1), base.storage_offset() + b.offset)
-        pairs.append((src, dst))
+        pairs.append((src * scaling if b.scaled else src, dst))
     return pairs
 
 
@@ -104,7 +115,7 @@ def _runs(trace: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 def blocks_from_trace(trace: np.ndarray, sources: Sequence[SourceSpec], buffer: str, module: str,
-                      layer: int) -> list[Block]:
+                      layer: int, scaled: bool = False) -> list[Block]:
     """Rectangles of ``trace`` (one slot of one pool buffer, 2-D) that map onto sources with unit column
     stride and a constant row stride, plus the rectangles SGLang zeroes."""
     if trace.ndim != 2:
@@ -135,7 +146,8 @@ def blocks_from_trace(trace: np.ndarray, sources: Sequence[SourceSpec], buffer: 
         else:  # one row, or rows that jump or run backwards (e.g. a reversed block): one block per row
             runs = [(j, 1, spec.shape[-1]) for j in range(e - s)]
         for j, m, step in runs:
-            blocks.append(Block(buffer, module, layer, int(row[s + j]), m, c0, w, spec.name, int(bases[j]), step))
+            blocks.append(Block(buffer, module, layer, int(row[s + j]), m, c0, w, spec.name, int(bases[j]), step,
+                                scaled))
     return sorted(blocks, key=lambda b: (b.layer, b.module, b.buffer, b.row0, b.col0))
 
 

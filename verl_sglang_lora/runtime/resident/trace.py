@@ -13,6 +13,7 @@ import torch
 from .access import EMBEDDING_BUFFERS, ResidentError, new_adapter
 from .protocol import ErrorCode as E
 from .plan import UNTOUCHED, Block, SlotLayout, blocks_from_trace, source_specs
+from verl_sglang_lora.sglang_contract.expert_lora import EXPERTS_SEGMENT
 
 _ADAPTER_EMPTY_ATTRS = ("embedding_layers", "added_tokens_embeddings", "pinned_embedding_layers",
                         "pinned_added_tokens_embeddings")
@@ -59,21 +60,21 @@ def _quiet(logger_name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _dense_keys(pool: Any) -> list[str]:
-    keys = sorted(set(pool.A_buffer) | set(pool.B_buffer))
-    moe = [k for k in keys if pool.A_buffer[k][0].dim() != 3 or pool.B_buffer[k][0].dim() != 3]
-    if moe:  # SGLang pre-scales MoE B by lora_alpha/r while loading: not a copy, so no copy plan
-        raise ResidentError(E.UNSUPPORTED_LAYOUT, f"MoE LoRA pool buffers {moe} are not supported by the resident path")
-    return keys
+def expert_keys(pool: Any) -> set[str]:
+    """Pool keys of fused-expert LoRA (``gate_up_proj_moe``, ``down_proj_moe``): a 4-D buffer per layer
+    [slots, experts, rows, cols] where dense keys have [slots, rows, cols]."""
+    return {k for k in pool.A_buffer if pool.A_buffer[k][0].dim() == 4}
 
 
 def trace_layer(manager: Any, uid: str, layer: int, probes: Mapping[str, torch.Tensor],
                 keys: list[str]) -> dict[tuple[str, str], torch.Tensor]:
-    """SGLang's write of ``probes`` (this layer's id tensors) into a one-slot probe: {(A|B, key): 2-D trace}."""
+    """SGLang's write of ``probes`` (this layer's id tensors) into a one-slot probe: {(A|B, key): 2-D trace} (an
+    expert buffer's [experts, rows, cols] as [experts * rows, cols]). SGLang multiplies expert B by the adapter's
+    scaling while loading it; the trace runs with an integer scaling of 1, so the ids come through unchanged."""
     pool = manager.memory_pool
     adapter = new_adapter(manager, uid)
     adapter.initialize_weights_from_tensors(dict(probes))
-    adapter_view = AttributeView(adapter, layers=[adapter.layers[layer]],
+    adapter_view = AttributeView(adapter, layers=[adapter.layers[layer]], scaling=1,
                                  **{a: {} for a in _ADAPTER_EMPTY_ATTRS if hasattr(adapter, a)})
 
     def probe(buf: torch.Tensor) -> list[torch.Tensor]:
@@ -88,16 +89,18 @@ def trace_layer(manager: Any, uid: str, layer: int, probes: Mapping[str, torch.T
         type(pool).load_lora_weight_to_buffer(
             pool_view, uid, 0, adapter_view, [manager.lora_modules[layer]],
             getattr(manager, "embed_tokens_module", None), getattr(manager, "lm_head_module", None))
-    return {(family, k): shadow[k][0][0] for k in keys for family, shadow in (("A", shadow_a), ("B", shadow_b))}
+    return {(family, k): shadow[k][0][0].flatten(0, -2) for k in keys
+            for family, shadow in (("A", shadow_a), ("B", shadow_b))}
 
 
 def trace_layout(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor]) -> SlotLayout:
     """The layout SGLang's own load path gives ``tensors`` (PEFT names, unsliced; only names and shapes are read) in
-    ``uid``'s slot."""
+    ``uid``'s slot. Blocks of expert B are marked ``scaled``: SGLang stores them multiplied by the scaling."""
     from sglang.srt.layers.utils import get_layer_id  # what SGLang's ``_process_weight`` files a weight under
 
     pool = manager.memory_pool
-    keys = _dense_keys(pool)
+    keys = sorted(set(pool.A_buffer) | set(pool.B_buffer))
+    experts = expert_keys(pool)
     specs = source_specs(tensors)
     by_layer: dict[int, list] = defaultdict(list)
     for spec in specs:
@@ -105,16 +108,17 @@ def trace_layout(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor]) ->
         if layer is None:
             raise ResidentError(E.UNSUPPORTED_LAYOUT,
                                 f"{spec.name}: not a per-layer LoRA weight (embedding LoRA is not supported)")
-        if len(spec.shape) != 2:
-            raise ResidentError(E.UNSUPPORTED_LAYOUT,
-                                f"{spec.name}: {len(spec.shape)}-D LoRA weight (only 2-D dense weights)")
+        if len(spec.shape) != (3 if EXPERTS_SEGMENT in spec.name else 2):
+            raise ResidentError(E.UNSUPPORTED_LAYOUT, f"{spec.name}: {len(spec.shape)}-D LoRA weight (dense weights "
+                                                      "are 2-D, fused-expert weights 3-D)")
         by_layer[layer].append(spec)
     blocks: list[Block] = []
     for layer in range(pool.num_layer):  # layers without weights still get SGLang's zero writes
         probes = {s.name: torch.arange(s.id_offset + 1, s.id_offset + 1 + s.numel, dtype=torch.int64).view(s.shape)
                   for s in by_layer.get(layer, [])}
         for (buffer, key), trace in trace_layer(manager, uid, layer, probes, keys).items():
-            blocks.extend(blocks_from_trace(trace.numpy(), specs, buffer, key, layer))
+            blocks.extend(blocks_from_trace(trace.numpy(), specs, buffer, key, layer,
+                                            scaled=buffer == "B" and key in experts))
     used = {b.src for b in blocks if b.src is not None}
     numel = {s.name: s.numel for s in specs}
     for b in blocks:
