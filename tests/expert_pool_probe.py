@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.resident_selfcheck import LORA_SERVER_ARGS, pinning_is_noop  # noqa: E402
 from verl_sglang_lora.sglang_contract.expert_lora import ExpertDims, expert_deltas, to_sglang_experts  # noqa: E402
+from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config  # noqa: E402
 
 DTYPE = torch.bfloat16
 E, H, I, R, ALPHA, LAYERS, NH, NKV, HD = 4, 32, 24, 4, 12, 2, 4, 2, 8  # alpha/r = 3: SGLang's pre-scale rounds
@@ -192,7 +193,8 @@ def load_and_compare(tensors: dict, deltas: dict, cfg: dict, tp: int, tp_rank: i
                                         lora_backend="triton", tp_size=tp, tp_rank=tp_rank, max_lora_rank=MAX_RANK,
                                         target_modules=TARGETS, lora_paths=None))
             ref = LoRARef(lora_name="experts", lora_path="/nonexistent/experts", pinned=True)
-            result = manager.load_lora_adapter_from_tensors(ref, dict(tensors), cfg)
+            # the adapter config as the plugin sends it (target_parameters folded into target_modules)
+            result = manager.load_lora_adapter_from_tensors(ref, dict(tensors), normalize_peft_config(cfg))
             if not result.success:
                 return {"loaded": False, "error": getattr(result, "error_message", str(result))}
             manager.fetch_new_loras({ref.lora_id})

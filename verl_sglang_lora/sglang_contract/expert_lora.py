@@ -18,6 +18,7 @@ has H rows. Both cannot match the other's pair (that would need H = I and H = 2I
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, Iterator
 
 import torch
 
@@ -58,32 +59,64 @@ def is_expert_lora(name: str) -> bool:
     return EXPERTS_SEGMENT in name and (".lora_A." in name or ".lora_B." in name)
 
 
+def expert_projections(target_parameters: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(the fused projections ``target_parameters`` adapts, the entries that are not a fused expert weight). PEFT
+    matches an entry as a suffix of the parameter name, so ``mlp.experts.gate_up_proj`` and
+    ``experts.gate_up_proj`` both name every layer's fused gate/up weight."""
+    found, other = [], []
+    for entry in target_parameters:
+        tail = str(entry).split(".")[-2:]
+        if len(tail) == 2 and tail[0] == "experts" and tail[1] in PROJECTIONS:
+            found.append(tail[1])
+        else:
+            other.append(str(entry))
+    return sorted(set(found)), other
+
+
+def _split(name: str) -> tuple[str, str, str]:
+    """(layer prefix, wrapper path, "A"|"B") of a PEFT expert tensor name."""
+    prefix, _, tail = name.partition(EXPERTS_SEGMENT)  # tail: [base_layer.]lora_A[.default].weight
+    wrapper, _, leaf = tail.partition("lora_")
+    return prefix, wrapper, leaf[0]
+
+
+def _convert_pair(prefix: str, a: torch.Tensor, b: torch.Tensor, dims: ExpertDims) -> tuple[str, dict[str, torch.Tensor]]:
+    proj = dims.projection(a, b)
+    r = a.shape[0] // dims.num_experts
+    base = f"{prefix}{EXPERTS_SEGMENT}{proj}"
+    return proj, {f"{base}.lora_A.weight": a.reshape(dims.num_experts, r, a.shape[1]),
+                  f"{base}.lora_B.weight": b.reshape(b.shape[0], r, dims.num_experts).permute(2, 0, 1).contiguous()}
+
+
+def convert_stream(weights: Iterable[tuple[str, torch.Tensor]], dims: ExpertDims) -> Iterator[tuple[str, torch.Tensor]]:
+    """The trainer's LoRA stream with each fused-expert PEFT pair replaced by SGLang's 3-D tensors as soon as both
+    halves have arrived; every other tensor passes through. Raises :class:`ExpertLoRAError` at the end of the stream
+    on a half pair, and on two pairs for one projection of a layer."""
+    waiting: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
+    done: set[tuple[str, str]] = set()
+    for name, tensor in weights:
+        if not is_expert_lora(name):
+            yield name, tensor
+            continue
+        prefix, wrapper, ab = _split(name)
+        pair = waiting.setdefault((prefix, wrapper), {})
+        pair[ab] = tensor
+        if set(pair) != {"A", "B"}:
+            continue
+        del waiting[(prefix, wrapper)]
+        proj, converted = _convert_pair(prefix, pair["A"], pair["B"], dims)
+        if (prefix, proj) in done:
+            raise ExpertLoRAError(f"{prefix}{EXPERTS_SEGMENT}: two adapters for {proj}")
+        done.add((prefix, proj))
+        yield from converted.items()
+    for (prefix, wrapper), pair in sorted(waiting.items()):
+        raise ExpertLoRAError(f"{prefix}{EXPERTS_SEGMENT}{wrapper}lora_*: only lora_{''.join(pair)} present")
+
+
 def to_sglang_experts(tensors: dict[str, torch.Tensor], dims: ExpertDims) -> dict[str, torch.Tensor]:
     """``tensors`` with every fused-expert PEFT pair replaced by SGLang's 3-D ``mlp.experts.<proj>.lora_{A,B}``; the
-    other tensors unchanged. Raises :class:`ExpertLoRAError` on a half pair or two pairs for one projection."""
-    out: dict[str, torch.Tensor] = {}
-    pairs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}  # (layer prefix, wrapper path) -> {"A", "B"}
-    for name, tensor in tensors.items():
-        if not is_expert_lora(name):
-            out[name] = tensor
-            continue
-        prefix, _, tail = name.partition(EXPERTS_SEGMENT)  # tail: [base_layer.]lora_A[.default].weight
-        wrapper, _, leaf = tail.partition("lora_")
-        pairs.setdefault((prefix, wrapper), {})[leaf[0]] = tensor
-    seen: set[tuple[str, str]] = set()
-    for (prefix, wrapper), pair in sorted(pairs.items()):
-        if set(pair) != {"A", "B"}:
-            raise ExpertLoRAError(f"{prefix}{EXPERTS_SEGMENT}{wrapper}lora_*: only lora_{''.join(pair)} present")
-        a, b = pair["A"], pair["B"]
-        proj = dims.projection(a, b)
-        if (prefix, proj) in seen:
-            raise ExpertLoRAError(f"{prefix}{EXPERTS_SEGMENT}: two adapters for {proj}")
-        seen.add((prefix, proj))
-        r = a.shape[0] // dims.num_experts
-        base = f"{prefix}{EXPERTS_SEGMENT}{proj}"
-        out[f"{base}.lora_A.weight"] = a.reshape(dims.num_experts, r, a.shape[1])
-        out[f"{base}.lora_B.weight"] = b.reshape(b.shape[0], r, dims.num_experts).permute(2, 0, 1).contiguous()
-    return out
+    other tensors unchanged (:func:`convert_stream` over a whole state dict)."""
+    return dict(convert_stream(sorted(tensors.items()), dims))
 
 
 def expert_deltas(a: torch.Tensor, b: torch.Tensor, num_experts: int, scaling: float) -> torch.Tensor:

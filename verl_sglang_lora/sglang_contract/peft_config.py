@@ -13,7 +13,8 @@ It also decides what the served adapter is, against what the trainer trains:
   carries ``lora_alpha * sqrt(r)`` and ``use_rslora=False``. The canary's expected scaling is computed from the same
   dict (``lora_alpha / r``), so it follows. Normalizing twice (restart recovery) changes nothing.
 - what SGLang cannot serve as an adapter is refused (:func:`adapter_config_problems`): DoRA, ``modules_to_save``,
-  trained biases, per-module rank/alpha patterns, LoRA on parameters (``target_parameters``), trainable tokens,
+  trained biases, per-module rank/alpha patterns, LoRA on parameters (``target_parameters``) other than the fused MoE
+  expert weights (served as SGLang's expert LoRA, ``expert_lora.py``), trainable tokens,
   ``lora_alpha <= 0``, embedding / output-head targets and an empty target list. With verl 0.9.1 these reach the
   FSDP trainer only through ``actor_rollout_ref.model.lora_adapter_path`` (its ``adapter_config.json``: verl builds
   a fresh ``LoraConfig`` from ``lora_rank``/``lora_alpha``/``target_modules``/``target_parameters``/
@@ -27,6 +28,7 @@ import math
 from typing import Any, Iterable, Mapping
 
 from verl_sglang_lora.verl_glue.config_access import to_plain
+from verl_sglang_lora.sglang_contract.expert_lora import expert_projections
 from verl_sglang_lora.sglang_contract.target_modules import (
     LoRAConfigError,
     adapter_target_modules,
@@ -117,11 +119,13 @@ def adapter_config_problems(config: Mapping[str, Any], where: str, *, as_adapter
                 f"{where}: {key}={odd}: per-module ranks/alphas, but SGLang applies one scaling lora_alpha/r and one "
                 f"rank per adapter. Fix: drop {key}, or {MERGE_FIX}."
             )
-    if config.get("target_parameters"):
+    _, other = expert_projections(_plain_value(config.get("target_parameters") or []))
+    if other:
         problems.append(
-            f"{where}: target_parameters={_plain_value(config['target_parameters'])}: LoRA on nn.Parameter (e.g. "
-            "transformers 5's fused MoE experts) has no SGLang adapter form. Fix: unset "
-            "actor_rollout_ref.model.target_parameters and target linear modules only."
+            f"{where}: target_parameters={other}: LoRA on an nn.Parameter that is not a fused MoE expert weight "
+            "(mlp.experts.gate_up_proj / mlp.experts.down_proj, which are served as SGLang's expert LoRA) has no "
+            "SGLang adapter form. Fix: drop those entries from actor_rollout_ref.model.target_parameters and target "
+            "linear modules instead."
         )
     problems += adapter_target_problems(config.get("target_modules"), f"{where}: target_modules")
     return problems
@@ -185,6 +189,10 @@ def normalize_peft_config(
         out["use_rslora"] = False  # folded into lora_alpha: a reader honouring both would scale twice
 
     out["target_modules"] = adapter_target_modules(out.get("target_modules"), modules)
+    experts, _ = expert_projections(out.pop("target_parameters", None) or [])
+    if experts:  # served as SGLang's expert LoRA modules (the tensors are converted: sglang_contract/expert_lora.py)
+        listed = [out["target_modules"]] if isinstance(out["target_modules"], str) else out["target_modules"]
+        out["target_modules"] = sorted({*listed, *experts})
     try:
         json.dumps(out)
     except TypeError as exc:

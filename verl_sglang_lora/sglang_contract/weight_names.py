@@ -24,6 +24,10 @@ WRAPPER_SEGMENTS = (".base_layer.", "._fsdp_wrapped_module.", "._checkpoint_wrap
 PEFT_PREFIX = "base_model.model."
 # SGLang's packed parameters and the HF projections they stack (identical on every supported release).
 PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+# A fused-expert LoRA module (``mlp.experts.gate_up_proj``, sglang_contract/expert_lora.py) exists where the
+# checkpoint has expert 0's per-projection weights (``mlp.experts.0.gate_proj.weight``, a Qwen3 MoE checkpoint) or
+# the fused parameter itself.
+EXPERT_PARTS = {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}
 LORA_RE = re.compile(r"^(?P<module_path>.+)\.lora_(?P<ab>[AB])(?:\.(?P<adapter>[A-Za-z0-9_]+))?\.weight$")
 LAYER_RE = re.compile(r"\.layers\.(\d+)\.")
 
@@ -113,12 +117,18 @@ class ModelWeightNames:
         layer = LAYER_RE.search(f".{module_path}.")
         if layer and self.num_layers is not None and int(layer.group(1)) >= self.num_layers:
             raise UnknownWeightNameError(f"{name!r} names layer {layer.group(1)} but the model has {self.num_layers} layers")
-        if f"{module_path}.weight" not in self.names:
+        if f"{module_path}.weight" not in self.names and not self._has_experts(module_path):
             packed = module_path.rsplit(".", 1)[-1]
             parts = PACKED.get(packed, ())
             if not parts or not all(f"{module_path[: -len(packed)]}{p}.weight" in self.names for p in parts):
                 raise UnknownWeightNameError(self._unknown(name, f"{module_path}.weight"))
         return f"{PEFT_PREFIX}{module_path}.lora_{m.group('ab')}.weight", module_path, m.group("ab")
+
+    def _has_experts(self, module_path: str) -> bool:
+        stem, _, proj = module_path.rpartition(".")
+        if not stem.endswith(".experts") or proj not in EXPERT_PARTS:
+            return False
+        return module_path in self.names or all(f"{stem}.0.{p}.weight" in self.names for p in EXPERT_PARTS[proj])
 
     def _unknown(self, original: str, clean: str) -> str:
         stem = clean.rsplit(".", 2)[0]
