@@ -352,7 +352,41 @@ def test_empty_targets_refused(tiny_qwen3):
 
 def test_target_parameters_refused(tiny_qwen3):
     cfg = compose(tiny_qwen3, "+actor_rollout_ref.model.target_parameters=[mlp.experts.gate_up_proj]")
-    refused(cfg, "actor_rollout_ref.model.target_parameters", "unset it")
+    line = refused(cfg, "actor_rollout_ref.model.target_parameters", "unset")
+    assert "has no experts" in line
+
+
+EXPERTS = "+actor_rollout_ref.model.target_parameters=[mlp.experts.gate_up_proj,mlp.experts.down_proj]"
+ATTENTION = "actor_rollout_ref.model.target_modules=[q_proj,k_proj,v_proj,o_proj]"
+TP1 = "actor_rollout_ref.rollout.tensor_model_parallel_size=1"
+
+
+def test_expert_lora_served_where_the_loader_can_check_it(tiny_moe, monkeypatch):
+    """Fused-expert target_parameters on an MoE: served with the installed SGLang (MoE LoRA code, no weight-update
+    session) on one scheduler rank with the loader launched; refused, naming why, where the loader's byte check
+    cannot run, and for parameters that are not fused expert weights."""
+    from verl_sglang_lora.verl_glue import config_guards
+
+    served(compose(tiny_moe, ATTENTION, EXPERTS, TP1))
+    assert lora_plan(compose(tiny_moe, ATTENTION, EXPERTS, TP1).actor_rollout_ref.model).expert_projections == \
+        ["down_proj", "gate_up_proj"]
+    line = refused(compose(tiny_moe, ATTENTION, EXPERTS, "actor_rollout_ref.rollout.tensor_model_parallel_size=2"),
+                   "actor_rollout_ref.model.target_parameters", "unset actor_rollout_ref.model.target_parameters")
+    assert "scheduler ranks" in line
+    line = refused(compose(tiny_moe, ATTENTION, EXPERTS, TP1,
+                           "actor_rollout_ref.rollout.engine_kwargs.sglang_lora.resident=off"),
+                   "actor_rollout_ref.model.target_parameters")
+    assert "resident=off" in line
+    line = refused(compose(tiny_moe, ATTENTION, TP1, "+actor_rollout_ref.model.target_parameters=[mlp.gate.weight]"),
+                   "actor_rollout_ref.model.target_parameters", "drop them")
+    assert "['mlp.gate.weight']" in line
+    # a release that runs tensor updates in a weight-update session (0.5.23's BeginWeightUpdateReqInput)
+    monkeypatch.setattr("verl_sglang_lora.sglang_contract.installed.weight_update_session", lambda: True)
+    line = refused(compose(tiny_moe, ATTENTION, EXPERTS, TP1), "actor_rollout_ref.model.target_parameters")
+    assert "weight-update session" in line
+    # a release without MoE LoRA code
+    monkeypatch.setattr(config_guards, "sglang_serves_expert_lora", lambda: False)
+    assert "no MoE LoRA code" in refused(compose(tiny_moe, ATTENTION, EXPERTS, TP1), "target_parameters")
 
 
 # ---- mixture of experts ---------------------------------------------------------------------------------------------
@@ -588,6 +622,6 @@ def test_moe_refusal_says_what_each_sglang_release_lacks(tiny_moe, version, monk
     monkeypatch.setattr(guards, "sglang_serves_expert_lora", lambda: sglang_serves_expert_lora(package))
     line = refused(compose(tiny_moe), "actor_rollout_ref.model.target_modules", "[q_proj,k_proj,v_proj,o_proj]")
     if has_runner:
-        assert "has MoE LoRA code" in line and "this plugin neither converts" in line
+        assert "has MoE LoRA code" in line and "target_parameters=[mlp.experts.gate_up_proj," in line
     else:
         assert "has no MoE LoRA code" in line

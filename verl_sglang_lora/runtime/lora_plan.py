@@ -25,6 +25,15 @@ class LoRAPlan:
     merge: bool
     megatron_block: bool = False  # the settings came from model.lora.* (Megatron) rather than the flat FSDP keys
     lora_type: str = "lora"  # Megatron-Bridge's model.lora.type: lora, vlm_lora, canonical_lora, dora
+    target_parameters: tuple[str, ...] = ()  # FSDP's model.target_parameters (PEFT LoRA on nn.Parameter)
+
+    @property
+    def expert_projections(self) -> list[str]:
+        """The fused MoE expert weights the adapter trains (``gate_up_proj``, ``down_proj``), served as SGLang's
+        expert LoRA (sglang_contract/expert_lora.py); empty for a dense adapter."""
+        from verl_sglang_lora.sglang_contract.expert_lora import expert_projections
+
+        return expert_projections(self.target_parameters)[0] if not self.megatron_block else []
 
     @property
     def alpha_setting(self) -> str:
@@ -70,4 +79,5 @@ def lora_plan(model_config: Any) -> LoRAPlan:
         merge=bool(block.get("merge", False)),
         megatron_block=block_rank > 0,
         lora_type=str(block.get("type") or "lora") if block_rank > 0 else "lora",
+        target_parameters=tuple(str(p) for p in to_plain(cfg_get(model_config, "target_parameters", None)) or ()),
     )

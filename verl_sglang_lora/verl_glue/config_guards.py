@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from verl_sglang_lora.verl_glue.config_access import cfg_get, cfg_path, to_plain
 from verl_sglang_lora.runtime.lora_plan import LoRAPlan, lora_plan
+from verl_sglang_lora.sglang_contract.expert_lora import expert_projections
 from verl_sglang_lora.sglang_contract.peft_config import ADAPTER_PATH_SETTING, adapter_config_problems
 from verl_sglang_lora.sglang_contract.target_modules import (
     ATTENTION_TARGETS,
@@ -92,7 +93,7 @@ def config_problems(rollout_config: Any, model_config: Any) -> list[str]:
         problems.append("actor_rollout_ref.rollout.mode must be 'async' (verl's SGLang server mode). Fix: mode=async.")
     hf = model_hf_config(model_config)
     problems += tp_problems(rollout_config, hf)
-    problems += lora_problems(plan, model_config, hf)
+    problems += lora_problems(plan, model_config, hf, rollout_config)
     return problems
 
 
@@ -176,7 +177,8 @@ def read_adapter_config(model_config: Any) -> tuple[str | None, dict[str, Any] |
         return str(raw), None
 
 
-def lora_problems(plan: LoRAPlan, model_config: Any, hf: Mapping[str, Any] | None) -> list[str]:
+def lora_problems(plan: LoRAPlan, model_config: Any, hf: Mapping[str, Any] | None,
+                  rollout_config: Any = None) -> list[str]:
     """LoRA settings the rollout would not serve as trained (see the module docstring)."""
     problems: list[str] = []
     problems += _variant_keys(model_config)
@@ -231,13 +233,8 @@ def lora_problems(plan: LoRAPlan, model_config: Any, hf: Mapping[str, Any] | Non
         )
     if target != []:  # an empty list is judged above, for both modes
         problems += adapter_target_problems(target, plan.target_modules_setting)
-    params = to_plain(cfg_get(model_config, "target_parameters", None))
-    if params and not plan.megatron_block:
-        problems.append(
-            f"actor_rollout_ref.model.target_parameters={params}: LoRA on nn.Parameter (e.g. transformers 5's fused "
-            "MoE experts) has no SGLang adapter form. Fix: unset it and target linear modules only, or serve merged "
-            "weights with actor_rollout_ref.model.lora.merge=True."
-        )
+    if plan.target_parameters and not plan.megatron_block:
+        problems += _target_parameter_problems(plan, experts, rollout_config)
     if experts:
         problems += _moe_problems(plan, experts)
     return problems
@@ -269,6 +266,52 @@ def _variant_keys(model_config: Any) -> list[str]:
     return out
 
 
+def _target_parameter_problems(plan: LoRAPlan, experts: int, rollout_config: Any) -> list[str]:
+    """LoRA on parameters (FSDP's ``model.target_parameters``): served only as fused MoE expert LoRA, and only where
+    the plugin's loader can check the bytes SGLang holds against the trainer's before the version is served."""
+    setting = f"actor_rollout_ref.model.target_parameters={list(plan.target_parameters)}"
+    projections, other = expert_projections(plan.target_parameters)
+    if other:
+        return [f"{setting}: {other} are not fused MoE expert weights (mlp.experts.gate_up_proj / "
+                "mlp.experts.down_proj); LoRA on any other nn.Parameter has no SGLang adapter form. Fix: drop them and "
+                "target linear modules instead, or serve merged weights with actor_rollout_ref.model.lora.merge=True."]
+    if not experts:
+        return [f"{setting}: the model has no experts (no num_experts in its config), so PEFT finds no such parameter "
+                "and refuses the model on the training GPUs. Fix: unset actor_rollout_ref.model.target_parameters."]
+    why = []
+    if sglang_serves_expert_lora() is False:
+        why.append(f"the installed SGLang has no MoE LoRA code (no sglang/{EXPERT_LORA_MODULE})")
+    why += expert_verify_problems(rollout_config)
+    if not why:
+        return []
+    return [f"{setting} on a mixture-of-experts model ({experts} experts per layer): the expert adapter is served "
+            "only where its bytes in SGLang's expert buffers are checked against the trainer's before it serves, "
+            f"and here {'; and '.join(why)}. Fix: unset actor_rollout_ref.model.target_parameters (an attention-only "
+            "adapter, target_modules=[q_proj,k_proj,v_proj,o_proj]), or meet the condition named."]
+
+
+def expert_verify_problems(rollout_config: Any) -> list[str]:
+    """Why the plugin's loader could not check an expert adapter here (empty: it can). The check is the loader's
+    ``verify``, a tensor update SGLang runs through the plugin's custom weight loader in one scheduler process."""
+    from verl_sglang_lora.runtime.resident.support import SETTING, unsupported_reason
+    from verl_sglang_lora.runtime.settings import PluginSettings
+    from verl_sglang_lora.sglang_contract.installed import weight_update_session
+    from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
+
+    out = []
+    if weight_update_session():
+        out.append("the installed SGLang runs every tensor update in a weight-update session whose end re-processes "
+                   "the mixture-of-experts base weights, so the check cannot run per sync")
+    mode, ranks = PluginSettings.from_rollout_config(rollout_config).resident, sglang_rank_count(rollout_config)
+    # without SGLang here (a CPU driver) only the settings are judged; the GPU host's check reads SGLang too
+    reason = unsupported_reason(mode, ranks) if sglang_serves_expert_lora() is not None or mode == "off" or \
+        ranks != 1 else None
+    if reason is not None:
+        out.append(f"the loader that runs the check is not launched ({reason}; {SETTING}=auto launches it where it "
+                   "can run)")
+    return out
+
+
 def _moe_problems(plan: LoRAPlan, experts: int) -> list[str]:
     """A mixture-of-experts model: only attention targets are served as an adapter.
 
@@ -297,9 +340,10 @@ def _moe_problems(plan: LoRAPlan, experts: int) -> list[str]:
         sglang_side = (f"and the installed SGLang has no MoE LoRA code (no sglang/{EXPERT_LORA_MODULE}): its LoRA "
                        "memory pool holds dense projections only")
     elif serves:
-        sglang_side = (f"; the installed SGLang has MoE LoRA code (sglang/{EXPERT_LORA_MODULE}), but this plugin "
-                       "neither converts those expert adapters into SGLang's expert LoRA weights nor verifies them "
-                       "in SGLang's expert buffers, and it serves nothing it has not verified")
+        sglang_side = (f"; the installed SGLang has MoE LoRA code (sglang/{EXPERT_LORA_MODULE}): the experts are "
+                       "adapted through actor_rollout_ref.model.target_parameters=[mlp.experts.gate_up_proj,"
+                       "mlp.experts.down_proj] instead, which this plugin converts into SGLang's expert LoRA and checks "
+                       "byte for byte where its loader runs (one scheduler rank, no weight-update session)")
     else:
         sglang_side = "(no SGLang is installed here to ask whether it could serve expert LoRA)"
     return [
