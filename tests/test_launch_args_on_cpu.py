@@ -230,3 +230,24 @@ def test_the_plugin_launches_the_fastest_declared_backend_and_a_users_choice_win
     assert lora_launch_args(lora_plan({"lora_rank": 8, "lora": {"merge": True}}), lora_backend=expected) == {}
     # SGLang's own LoRA check accepts the launch as rendered
     _run_sglang_lora_check({k: v for k, v in args.items() if k != "custom_weight_loader"})
+
+
+def test_expert_lora_launch_adds_sglangs_moe_modules_and_passes_its_check():
+    """target_parameters on the fused experts: SGLang's MoE LoRA modules of the same names join the attention
+    targets, one A/B per expert (not the shared-outer format), through SGLang's own LoRA check and CLI."""
+    import argparse
+
+    from verl_sglang_lora.tools.sglang_launcher import lora_cli_args
+
+    plan = lora_plan({"lora_rank": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "lora": {},
+                      "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]})
+    args = lora_launch_args(plan, resident=True)
+    assert args["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj", "down_proj", "gate_up_proj"]
+    assert args["experts_shared_outer_loras"] is False
+    assert _run_sglang_lora_check(args).lora_target_modules == set(args["lora_target_modules"])
+    parser = argparse.ArgumentParser()
+    _server_args_cls().add_cli_args(parser)
+    ns = parser.parse_args(["--model-path", "m", *lora_cli_args(args)])
+    assert ns.lora_target_modules == args["lora_target_modules"] and ns.experts_shared_outer_loras is False
+    dense = lora_launch_args(lora_plan({"lora_rank": 8, "target_modules": ["q_proj"], "lora": {}}))
+    assert "experts_shared_outer_loras" not in dense

@@ -92,11 +92,16 @@ class SGLangLoRARollout(_verl_server.SGLangHttpServer):
         self.weight_session = HeldSession(self.resident_on and weight_update_session())
         self.lora_args = lora_launch_args(self.lora, self.settings.max_lora_rank, resident=self.resident_on,
                                           lora_backend=plugin_lora_backend())
+        # an expert adapter is never written in place (SGLang stores expert B scaled): the loader only verifies loads
+        inplace = self.resident_on and not self.lora.expert_projections
         # the resident slots' read-back mirrors live in SGLang's process beside its KV cache: kept free at launch
         mirror = mirror_bytes(getattr(self.model_config, "hf_config", None) or {}, self.lora.rank,
-                              self.lora.target_modules) if self.resident_on else None
+                              self.lora.target_modules) if inplace else None
         self.resident_reserve = 2 * (mirror or 0)
-        if self.resident_on:
+        if self.resident_on and not inplace:
+            logger.warning("sglang_lora: expert LoRA (%s): versioned adapter loads, each checked byte for byte by the "
+                           "plugin's loader before it serves; no in-place writes", self.lora.expert_projections)
+        if inplace:
             logger.warning("sglang_lora: resident in-place sync on: 2 slots, each verified through a read-back "
                            "mirror of %s in SGLang's process where the trainer's adapter has the pool's dtype (else "
                            "block by block, with no mirror; the attach says which)",

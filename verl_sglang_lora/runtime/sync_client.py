@@ -37,6 +37,7 @@ from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector, FlatAda
 from verl_sglang_lora.runtime.sync.metrics import SyncStats
 from verl_sglang_lora.runtime.sync.snapshot import write_snapshot
 from verl_sglang_lora.runtime.sync.versions import adapter_name
+from verl_sglang_lora.sglang_contract.expert_lora import ExpertDims, convert_stream
 from verl_sglang_lora.sglang_contract.installed import weight_update_session
 from verl_sglang_lora.sglang_contract.lora_request import request_to_json
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config, trainer_scaling
@@ -67,8 +68,11 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         self._snapshot_root: Path | None = None
         on = self.lora.as_adapter and resident_enabled(self.settings.resident, sglang_rank_count(self.config),
                                                        session_unsafe_base(self.model_config, self.config))
-        self._resident = ResidentRequests(current_device()) if on and current_device() is not None else None
-        self._load_verifier = self._resident  # the loader stays launched after a fallback: ordinary loads verified
+        on = on and current_device() is not None
+        # an expert adapter is never written in place (SGLang stores expert B scaled), only its loads verified
+        self._resident = ResidentRequests(current_device()) if on and not self.lora.expert_projections else None
+        # the loader stays launched after a fallback: ordinary loads verified
+        self._load_verifier = self._resident or (ResidentRequests(current_device()) if on else None)
         self._resident_attached = -1  # the collector layout the server's slots are attached to (-1: none)
         self._resident_active: str | None = None  # the slot the server served after the last sync (None: unknown)
         self._served_scaling: float | None = None  # the trainer's peft scaling, which SGLang's lora_alpha / r must equal
@@ -164,6 +168,8 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
                 pass
             return {}
         version = self._version(global_steps)
+        if self.lora.expert_projections:  # PEFT's fused-expert pairs as SGLang's 3-D expert LoRA weights
+            weights = convert_stream(weights, self._expert_dims())
         adapter = self._collector.collect(weights, self.weight_names().resolve_lora)
         config_dict = normalize_peft_config(
             peft_config, rank=self.lora.rank, alpha=self.lora.alpha, modules=adapter.module_leaves()
@@ -221,6 +227,10 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             result = await self.server_actor.commit_adapter.remote(version, None, snapshot_ms)
         logger.info("sglang_lora: adapter sync %s", result)
         return result
+
+    def _expert_dims(self) -> ExpertDims:
+        hf = getattr(self.model_config, "hf_config", None)
+        return ExpertDims.from_hf_config(hf.to_dict() if hasattr(hf, "to_dict") else dict(hf or {}))
 
     def _resident_calls(self, adapter: FlatAdapter, config: dict, version: int, inplace: bool):
         """The loader calls for this sync: attach (once per launch and buffer layout), or the write for the slot the

@@ -19,12 +19,15 @@ from verl_sglang_lora.sglang_contract.ports import server_port
 
 
 def lora_cli_args(lora_args: dict[str, Any]) -> list[str]:
-    """``lora_launch_args`` output as ``launch_server`` flags (booleans become bare flags, lists expand)."""
+    """``lora_launch_args`` output as ``launch_server`` flags (True a bare flag, False its ``--no-`` form as SGLang's
+    on/off flags take it, lists expand)."""
     out: list[str] = []
     for key, value in lora_args.items():
         flag = "--" + key.replace("_", "-")
         if value is True:
             out.append(flag)
+        elif value is False:
+            out.append("--no-" + flag[2:])
         elif isinstance(value, (list, tuple)):
             out += [flag, *map(str, value)]
         elif value not in (None, False):
