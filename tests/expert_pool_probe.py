@@ -181,6 +181,28 @@ def this_rank(delta: torch.Tensor, key: str, tp: int, tp_rank: int) -> torch.Ten
     return delta[:, :, tp_rank * s:(tp_rank + 1) * s]  # down: this rank's intermediate columns
 
 
+def client_adapter(state: dict, cfg: dict) -> tuple[dict, dict]:
+    """The adapter as the sync client sends it: verl's stream converted pair by pair, names resolved against a real
+    Qwen3-MoE checkpoint's (per-expert) names, gathered into the client's flat buffer; the config normalized with
+    the modules the tensors carry (target_parameters folded into target_modules)."""
+    import tempfile
+
+    import transformers
+
+    from verl_sglang_lora.runtime.sync.flat_adapter import AdapterCollector
+    from verl_sglang_lora.sglang_contract.expert_lora import convert_stream
+    from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames
+
+    with tempfile.TemporaryDirectory() as tmp:
+        transformers.Qwen3MoeForCausalLM(hf_config()).save_pretrained(tmp)
+        names = ModelWeightNames.from_model_path(tmp)
+    assert any(".mlp.experts.0.gate_proj.weight" in n for n in names.names)  # the checkpoint is per-expert
+    adapter = AdapterCollector("cpu").collect(convert_stream(iter(state.items()), ExpertDims(E, H, I)),
+                                              names.resolve_lora)
+    config = normalize_peft_config(cfg, rank=R, alpha=ALPHA, modules=adapter.module_leaves())
+    return dict(adapter.tensors), config
+
+
 def load_and_compare(tensors: dict, deltas: dict, cfg: dict, tp: int, tp_rank: int) -> dict:
     from sglang.srt.lora.lora_manager import LoRAManager
     from sglang.srt.lora.lora_registry import LoRARef
@@ -193,8 +215,7 @@ def load_and_compare(tensors: dict, deltas: dict, cfg: dict, tp: int, tp_rank: i
                                         lora_backend="triton", tp_size=tp, tp_rank=tp_rank, max_lora_rank=MAX_RANK,
                                         target_modules=TARGETS, lora_paths=None))
             ref = LoRARef(lora_name="experts", lora_path="/nonexistent/experts", pinned=True)
-            # the adapter config as the plugin sends it (target_parameters folded into target_modules)
-            result = manager.load_lora_adapter_from_tensors(ref, dict(tensors), normalize_peft_config(cfg))
+            result = manager.load_lora_adapter_from_tensors(ref, dict(tensors), cfg)
             if not result.success:
                 return {"loaded": False, "error": getattr(result, "error_message", str(result))}
             manager.fetch_new_loras({ref.lora_id})
@@ -265,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
 
     state, deltas, cfg = peft_adapter()
     dims = ExpertDims(E, H, I)
-    converted = to_sglang_experts(state, dims)
+    converted, cfg = client_adapter(state, cfg)
+    assert all(torch.equal(converted[k], v) for k, v in to_sglang_experts(state, dims).items())
     # a plausible wrong conversion: B sliced expert-major (B[:, e*r:(e+1)*r]) instead of rank-major
     wrong = dict(converted)
     for name, b in state.items():
