@@ -350,6 +350,34 @@ def test_empty_targets_refused(tiny_qwen3):
         peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=[]))
 
 
+def test_expert_lora_refused_on_other_moe_layouts(tmp_path):
+    """Only the fused layout the conversion is checked against (Qwen3-MoE): a Mixtral-style config is refused before
+    any worker starts, not at the first sync."""
+    cfg = transformers.MixtralConfig(vocab_size=512, hidden_size=64, intermediate_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4)
+    transformers.MixtralForCausalLM(cfg).save_pretrained(tmp_path)
+    line = refused(compose(tmp_path, ATTENTION, EXPERTS, TP1), "actor_rollout_ref.model.target_parameters",
+                   "unset actor_rollout_ref.model.target_parameters")
+    assert "'mixtral'" in line and "qwen3_moe" in line
+
+
+def test_an_adapter_path_with_expert_lora_must_match_the_setting(tiny_moe, tmp_path):
+    """verl loads lora_adapter_path's adapter with its own target_parameters: the rollout converts and launches for
+    model.target_parameters, so the two must agree."""
+    import peft
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_moe)
+    pm = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                                    target_parameters=["mlp.experts.gate_up_proj",
+                                                                       "mlp.experts.down_proj"]))
+    pm.save_pretrained(tmp_path / "adapter")
+    path = f"+actor_rollout_ref.model.lora_adapter_path={tmp_path / 'adapter'}"
+    line = refused(compose(tiny_moe, ATTENTION, TP1, path), "adapts the experts",
+                   "actor_rollout_ref.model.target_parameters to the adapter's")
+    assert "['down_proj', 'gate_up_proj']" in line
+    served(compose(tiny_moe, ATTENTION, TP1, path, EXPERTS))
+
+
 def test_target_parameters_refused(tiny_qwen3):
     cfg = compose(tiny_qwen3, "+actor_rollout_ref.model.target_parameters=[mlp.experts.gate_up_proj]")
     line = refused(cfg, "actor_rollout_ref.model.target_parameters", "unset")
@@ -380,6 +408,16 @@ def test_expert_lora_served_where_the_loader_can_check_it(tiny_moe, monkeypatch)
     line = refused(compose(tiny_moe, ATTENTION, TP1, "+actor_rollout_ref.model.target_parameters=[mlp.gate.weight]"),
                    "actor_rollout_ref.model.target_parameters", "drop them")
     assert "['mlp.gate.weight']" in line
+    line = refused(compose(tiny_moe, ATTENTION, TP1, "+actor_rollout_ref.model.target_parameters=[mlp.experts.down_proj]"),
+                   "actor_rollout_ref.model.target_parameters", "[mlp.experts.gate_up_proj,mlp.experts.down_proj]")
+    assert "only ['down_proj']" in line  # SGLang wraps a layer's experts only with both projections targeted
+    line = refused(compose(tiny_moe, ATTENTION, TP1,
+                           "+actor_rollout_ref.model.target_parameters=[model.layers.0.mlp.experts.gate_up_proj,"
+                           "mlp.experts.down_proj]"), "actor_rollout_ref.model.target_parameters", "drop them")
+    assert "every layer's" in line  # one layer's experts only
+    line = refused(compose(tiny_moe, "actor_rollout_ref.model.target_modules=[]", EXPERTS, TP1),
+                   "actor_rollout_ref.model.target_modules=[]", "[q_proj,k_proj,v_proj,o_proj]")
+    assert "experts alone" in line
     # a release that runs tensor updates in a weight-update session (0.5.23's BeginWeightUpdateReqInput)
     monkeypatch.setattr("verl_sglang_lora.sglang_contract.installed.weight_update_session", lambda: True)
     line = refused(compose(tiny_moe, ATTENTION, EXPERTS, TP1), "actor_rollout_ref.model.target_parameters")

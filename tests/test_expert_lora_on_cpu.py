@@ -106,8 +106,34 @@ def test_loader_verifies_expert_bytes_on_each_releases_pool(probes, probes_tp2, 
     tensors sent: the load passes; each structured corruption fails; an in-place attach of experts is refused."""
     loader = release_result(probes if tp == 1 else probes_tp2, version)["converted"]["loader"]
     assert loader["sent"]["ok"], loader["sent"]
-    corrupted = {k: v for k, v in loader.items() if k not in ("sent", "attach")}
+    corrupted = {k: v for k, v in loader.items() if k not in ("sent", "attach", "layer_without_experts")}
     assert len(corrupted) == 4
     for what, verdict in corrupted.items():
         assert not verdict["ok"] and verdict["error"] == "the slot's bytes differ from the trainer's", what
     assert not loader["attach"]["ok"] and "expert LoRA B multiplied by the scaling" in loader["attach"]["message"]
+    partial = loader["layer_without_experts"]
+    assert not partial["ok"] and "without a tensor" in partial["message"], partial
+
+
+def test_dims_read_from_a_saved_checkpoint_config(tmp_path) -> None:
+    """transformers 5 writes Qwen3-MoE's expert count as num_local_experts in config.json; the object says
+    num_experts: both give the same dims (the sync client reads verl's loaded config, the guard the file)."""
+    import json
+
+    import transformers
+
+    from tests.expert_pool_probe import hf_config
+
+    transformers.Qwen3MoeForCausalLM(hf_config()).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert ExpertDims.from_hf_config(saved) == ExpertDims.from_hf_config(hf_config().to_dict()) == DIMS
+    with pytest.raises(ExpertLoRAError, match="lacks"):
+        ExpertDims.from_hf_config({"hidden_size": H})
+
+
+def test_only_every_layers_fused_experts_count_as_expert_lora() -> None:
+    from verl_sglang_lora.sglang_contract.expert_lora import expert_projections
+
+    assert expert_projections(["mlp.experts.gate_up_proj", "experts.down_proj"]) == (["down_proj", "gate_up_proj"], [])
+    assert expert_projections(["model.layers.0.mlp.experts.gate_up_proj", "mlp.gate.weight", "gate_up_proj"]) == \
+        ([], ["model.layers.0.mlp.experts.gate_up_proj", "mlp.gate.weight", "gate_up_proj"])

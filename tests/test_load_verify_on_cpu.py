@@ -60,3 +60,19 @@ def test_a_mismatch_or_an_undecided_check_keeps_the_version_from_being_served():
     with pytest.raises(LoadVerifyError, match="never answered request"):
         check_load_verify(result, call)
     check_load_verify({"version": 7, "verify": None}, call)  # an in-place sync: nothing to check
+
+
+def test_a_load_served_at_another_scaling_is_not_served():
+    """Equal bytes are not enough: SGLang's lora_alpha / r for the loaded version must be the trainer's scaling (for
+    an expert adapter the bytes check itself multiplies by SGLang's scaling, so only this catches a wrong one)."""
+    sglang_or_skip("sglang.srt.utils")
+    call = verify_for_push(ResidentRequests(torch.device("cpu")), _push({"config_dict": {}}), ADAPTER, "verl_lora_v7")
+    result = {"version": 7, "name": "verl_lora_v7", "verify": {"ran": True}}
+    P.write_status(call.status, {P.STATE: P.OK, P.SEQ: call.seq, P.N_COPIES: 1, P.VERIFIED_BY: P.BY_PAIRS,
+                                 P.SCALING_BITS: P.float_to_bits(2.0), P.LORA_R: 8})
+    check_load_verify(result, call, 2.0)
+    check_load_verify(result, call)  # no trainer scaling given: the bytes decide
+    with pytest.raises(LoadVerifyError, match=r"has the trainer's bytes, but SGLang serves .* at scaling 0\.5.* 2"):
+        P.write_status(call.status, {P.STATE: P.OK, P.SEQ: call.seq, P.N_COPIES: 1, P.VERIFIED_BY: P.BY_PAIRS,
+                                     P.SCALING_BITS: P.float_to_bits(0.5), P.LORA_R: 8})
+        check_load_verify(result, call, 2.0)

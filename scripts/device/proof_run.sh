@@ -5,7 +5,9 @@
 # the trainer keeps its own scaling). The config reaches SGLang only when an adapter is loaded -- the two resident
 # slots at the first sync (version 0), versioned loads after a fallback; in-place writes carry tensors only -- so the
 # fault starts at version 0 by default. Expected: the resident scaling check fails at the slots' creation (ERROR,
-# versioned loads from then on, each mis-scaled), then the served-effect check stops the run (ServedEffectMismatch).
+# versioned loads from then on), then the loader's verify of that load stops the run: equal bytes, but SGLang's
+# lora_alpha / r is not the trainer's scaling (LoadVerifyError). Where no loader runs (resident=off, rollout TP > 1)
+# the served-effect check is what stops it (ServedEffectMismatch).
 #   bash scripts/device/proof_run.sh pass        (log: $LOGDIR/e2e_proof_pass.log)
 #   bash scripts/device/proof_run.sh misscaled   (log: $LOGDIR/e2e_proof_misscaled.log)
 set -uo pipefail
@@ -26,7 +28,7 @@ echo "== proof $MODE rc=$RC wall=$(( $(date +%s) - START ))s ${VERL_SGLANG_LORA_
 python3 scripts/device/step_table.py "$LOG" training/rollout_probs_diff_mean timing_s/update_weights sglang_lora/sync_version sglang_lora/sync_inplace sglang_lora/sync_load_verified sglang_lora/resident_fallbacks \
     sglang_lora/served_effect_ratio sglang_lora/served_effect_tol sglang_lora/served_effect_snr \
     sglang_lora/expected_effect_rms sglang_lora/served_noise_rms sglang_lora/served_effect_verdict
-grep -E "fault_injection: served_scale|RESIDENT IN-PLACE SYNC OFF|ServedEffectMismatch|served-effect check" "$LOG" \
+grep -E "fault_injection: served_scale|RESIDENT IN-PLACE SYNC OFF|ServedEffectMismatch|LoadVerifyError|served-effect check" "$LOG" \
     | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-400 | sort -u | head -12
 passes=$(grep -c "sglang_lora/served_effect_verdict:1.0" "$LOG")
 fails=$(grep -c "sglang_lora/served_effect_verdict:-1.0" "$LOG")

@@ -218,7 +218,7 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             self._resident = None
         if result["action"] != "ack":  # phase two: served only now that the client has read a verified answer
             try:
-                check_load_verify(result, verify)
+                check_load_verify(result, verify, self._served_scaling)
             except LoadVerifyError as exc:
                 await self.server_actor.commit_adapter.remote(version, str(exc))
                 raise

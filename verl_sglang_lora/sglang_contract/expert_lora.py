@@ -24,6 +24,11 @@ import torch
 
 EXPERTS_SEGMENT = ".mlp.experts."
 PROJECTIONS = ("gate_up_proj", "down_proj")
+# the architectures whose fused expert layout this conversion is checked against (transformers 5 Qwen3-MoE:
+# gate_up_proj [E, 2I, H] gate rows first, not transposed), and the config keys ExpertDims reads
+EXPERT_LORA_MODEL_TYPES = ("qwen3_moe",)
+EXPERT_DIM_KEYS = ("hidden_size", "moe_intermediate_size")
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts")  # transformers 5 writes Qwen3-MoE's as num_local_experts
 
 
 class ExpertLoRAError(ValueError):
@@ -39,7 +44,10 @@ class ExpertDims:
     @classmethod
     def from_hf_config(cls, cfg: dict) -> "ExpertDims":
         cfg = cfg.get("text_config", cfg)
-        return cls(int(cfg["num_experts"]), int(cfg["hidden_size"]), int(cfg["moe_intermediate_size"]))
+        count = next((cfg[k] for k in EXPERT_COUNT_KEYS if cfg.get(k)), None)
+        if count is None or not all(cfg.get(k) for k in EXPERT_DIM_KEYS):
+            raise ExpertLoRAError(f"the model config lacks one of {EXPERT_COUNT_KEYS} or {EXPERT_DIM_KEYS}")
+        return cls(int(count), int(cfg["hidden_size"]), int(cfg["moe_intermediate_size"]))
 
     def projection(self, a: torch.Tensor, b: torch.Tensor) -> str:
         """``gate_up_proj`` or ``down_proj`` for one (A, B) pair of PEFT tensors, from their shapes."""
@@ -60,14 +68,15 @@ def is_expert_lora(name: str) -> bool:
 
 
 def expert_projections(target_parameters: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(the fused projections ``target_parameters`` adapts, the entries that are not a fused expert weight). PEFT
-    matches an entry as a suffix of the parameter name, so ``mlp.experts.gate_up_proj`` and
-    ``experts.gate_up_proj`` both name every layer's fused gate/up weight."""
+    """(the fused projections ``target_parameters`` adapts in every layer, the other entries). PEFT matches an entry
+    as a suffix of the parameter name, so ``mlp.experts.gate_up_proj`` and ``experts.gate_up_proj`` name every
+    layer's fused gate/up weight; a longer path (``model.layers.0.mlp.experts.gate_up_proj``) names some layers only
+    and counts as other: SGLang's pool keeps the layers an adapter leaves out from an earlier load on some releases."""
     found, other = [], []
     for entry in target_parameters:
-        tail = str(entry).split(".")[-2:]
-        if len(tail) == 2 and tail[0] == "experts" and tail[1] in PROJECTIONS:
-            found.append(tail[1])
+        parts = str(entry).split(".")
+        if parts[-1] in PROJECTIONS and parts[:-1] in (["experts"], ["mlp", "experts"]):
+            found.append(parts[-1])
         else:
             other.append(str(entry))
     return sorted(set(found)), other

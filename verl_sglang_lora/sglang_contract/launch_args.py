@@ -41,7 +41,8 @@ def lora_launch_args(plan: LoRAPlan, max_lora_rank: int | None = None, resident:
         # fused-expert LoRA (target_parameters) adds SGLang's MoE modules of the same names
         "lora_target_modules": targets + experts,
         # one A and B per expert, as PEFT trains them (not SGLang's shared-outer format)
-        **({"experts_shared_outer_loras": False} if experts and "experts_shared_outer_loras" in _fields() else {}),
+        **({"experts_shared_outer_loras": False}
+           if plan.expert_projections and "experts_shared_outer_loras" in _fields() else {}),
         # One adapter version serves while the next one loads; versions are swapped atomically. The resident path
         # pins two slots, and SGLang allows at most max_loras_per_batch - 1 pinned adapters.
         "max_loras_per_batch": 3 if resident else 2,

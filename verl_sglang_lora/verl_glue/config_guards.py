@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 from verl_sglang_lora.verl_glue.config_access import cfg_get, cfg_path, to_plain
 from verl_sglang_lora.runtime.lora_plan import LoRAPlan, lora_plan
-from verl_sglang_lora.sglang_contract.expert_lora import expert_projections
+from verl_sglang_lora.sglang_contract.expert_lora import (EXPERT_LORA_MODEL_TYPES, ExpertDims, ExpertLoRAError,
+                                                         PROJECTIONS as EXPERT_PROJECTIONS, expert_projections)
 from verl_sglang_lora.sglang_contract.peft_config import ADAPTER_PATH_SETTING, adapter_config_problems
 from verl_sglang_lora.sglang_contract.target_modules import (
     ATTENTION_TARGETS,
@@ -194,6 +195,15 @@ def lora_problems(plan: LoRAPlan, model_config: Any, hf: Mapping[str, Any] | Non
             )
         if plan.enabled:
             problems += adapter_config_problems(adapter, where, as_adapter=plan.as_adapter)
+            trained = expert_projections(to_plain(adapter.get("target_parameters")) or [])[0]
+            if plan.as_adapter and not plan.megatron_block and trained != plan.expert_projections:
+                problems.append(
+                    f"{where} adapts the experts {trained or 'not at all'} (its target_parameters), but "
+                    f"actor_rollout_ref.model.target_parameters says {plan.expert_projections or 'none'}: the rollout "
+                    "converts and launches for the setting, so the trained experts would not be served as trained. "
+                    "Fix: set actor_rollout_ref.model.target_parameters to the adapter's "
+                    f"({adapter.get('target_parameters')})."
+                )
     if not plan.enabled:
         return problems
     if plan.alpha <= 0:
@@ -211,6 +221,10 @@ def lora_problems(plan: LoRAPlan, model_config: Any, hf: Mapping[str, Any] | Non
                 "Megatron-Bridge then adapts every linear layer but those, which SGLang's --lora-target-modules "
                 "cannot express. Fix: list the modules in lora.target_modules and clear lora.exclude_modules."
             )
+    elif target == [] and plan.expert_projections:
+        problems.append(f"{plan.target_modules_setting}=[] with expert target_parameters: an adapter on the experts "
+                        "alone is not served (SGLang's launch needs at least one module target besides them). Fix: "
+                        f"{plan.target_modules_setting}=[q_proj,k_proj,v_proj,o_proj].")
     elif target == []:  # PEFT refuses it on the training GPUs (NoMatchingPeftModuleError), in either mode
         problems += adapter_target_problems(target, plan.target_modules_setting)
     experts = num_experts(hf)
@@ -234,7 +248,7 @@ def lora_problems(plan: LoRAPlan, model_config: Any, hf: Mapping[str, Any] | Non
     if target != []:  # an empty list is judged above, for both modes
         problems += adapter_target_problems(target, plan.target_modules_setting)
     if plan.target_parameters and not plan.megatron_block:
-        problems += _target_parameter_problems(plan, experts, rollout_config)
+        problems += _target_parameter_problems(plan, experts, rollout_config, hf)
     if experts:
         problems += _moe_problems(plan, experts)
     return problems
@@ -266,18 +280,35 @@ def _variant_keys(model_config: Any) -> list[str]:
     return out
 
 
-def _target_parameter_problems(plan: LoRAPlan, experts: int, rollout_config: Any) -> list[str]:
+def _target_parameter_problems(plan: LoRAPlan, experts: int, rollout_config: Any,
+                               hf: Mapping[str, Any] | None) -> list[str]:
     """LoRA on parameters (FSDP's ``model.target_parameters``): served only as fused MoE expert LoRA, and only where
     the plugin's loader can check the bytes SGLang holds against the trainer's before the version is served."""
     setting = f"actor_rollout_ref.model.target_parameters={list(plan.target_parameters)}"
     projections, other = expert_projections(plan.target_parameters)
     if other:
-        return [f"{setting}: {other} are not fused MoE expert weights (mlp.experts.gate_up_proj / "
+        return [f"{setting}: {other} are not every layer's fused MoE expert weights (mlp.experts.gate_up_proj / "
                 "mlp.experts.down_proj); LoRA on any other nn.Parameter has no SGLang adapter form. Fix: drop them and "
                 "target linear modules instead, or serve merged weights with actor_rollout_ref.model.lora.merge=True."]
+    if hf is None:  # no model config at hand (a hub id on a CPU host): judged where the model is loaded
+        return []
     if not experts:
         return [f"{setting}: the model has no experts (no num_experts in its config), so PEFT finds no such parameter "
                 "and refuses the model on the training GPUs. Fix: unset actor_rollout_ref.model.target_parameters."]
+    if projections != sorted(EXPERT_PROJECTIONS):
+        return [f"{setting}: only {projections} of the experts: SGLang wraps a layer's experts for LoRA only when both "
+                "gate_up_proj and down_proj are LoRA targets, so this adapter would never reach them. Fix: "
+                "actor_rollout_ref.model.target_parameters=[mlp.experts.gate_up_proj,mlp.experts.down_proj]."]
+    model_type = str(hf.get("model_type"))
+    try:
+        ExpertDims.from_hf_config(hf)
+        known = model_type in EXPERT_LORA_MODEL_TYPES
+    except ExpertLoRAError:
+        known = False
+    if not known:
+        return [f"{setting} on a model of type {model_type!r}: expert LoRA is converted for the fused expert layout "
+                f"of {list(EXPERT_LORA_MODEL_TYPES)} only. Fix: unset actor_rollout_ref.model.target_parameters (an "
+                "attention-only adapter)."]
     why = []
     if sglang_serves_expert_lora() is False:
         why.append(f"the installed SGLang has no MoE LoRA code (no sglang/{EXPERT_LORA_MODULE})")

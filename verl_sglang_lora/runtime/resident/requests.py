@@ -156,7 +156,7 @@ def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str 
                     f"{r['seq']}'s answer); the reason is in SGLang's scheduler log ('verl resident loader')")
         if not r["ok"]:
             return f"{call.op} {call.slot}: {r['error_text'] or r['error']}: {r['message']}"
-        if call.op in ("attach", "write") and scaling is not None:
+        if call.op in ("attach", "write", "verify") and scaling is not None:
             if r["scaling"] is None:
                 return f"{call.op} {call.slot}: SGLang's scaling for the slot could not be read"
             if not math.isclose(r["scaling"], scaling, rel_tol=1e-9):
@@ -179,9 +179,10 @@ def verify_for_push(verifier: ResidentRequests | None, push: Any, adapter: dict[
     return call
 
 
-def check_load_verify(result: dict, call: LoaderCall | None) -> None:
-    """Raise ``LoadVerifyError`` unless the loader proved the loaded version's pool bytes equal the trainer's (a check
-    that did not decide counts as failed); nothing to check where no loader runs (``call`` None)."""
+def check_load_verify(result: dict, call: LoaderCall | None, scaling: float | None = None) -> None:
+    """Raise ``LoadVerifyError`` unless the loader proved the loaded version's pool bytes equal the trainer's, and,
+    given the trainer's ``scaling``, that SGLang applies that scaling to it (a check that did not decide counts as
+    failed); nothing to check where no loader runs (``call`` None)."""
     state = result.get("verify")
     if call is None or not state:
         return
@@ -189,10 +190,14 @@ def check_load_verify(result: dict, call: LoaderCall | None) -> None:
     if not state.get("ran"):
         raise LoadVerifyError(f"sglang_lora: version {version} loaded as {name} could not be verified byte for byte "
                               f"in SGLang's pool ({state.get('reason')}); it is not served")
-    failed = check_results([call])
+    failed = check_results([call], scaling)
     if failed is None:
         return
-    if call.result()["error"] == P.ErrorCode.MISMATCH:
+    r = call.result()
+    if r["ok"] and r["seq"] == call.seq and "scaling" in failed:  # equal bytes, served at another lora_alpha / r
+        raise LoadVerifyError(f"sglang_lora: version {version} loaded as {name} has the trainer's bytes, but "
+                              f"{failed.split(': ', 1)[1]}; it is not served")
+    if r["error"] == P.ErrorCode.MISMATCH:
         raise LoadVerifyError(f"sglang_lora: SGLang holds version {version} as {name} with other bytes than the "
                               f"trainer sent (loader verify): {failed}")
     raise LoadVerifyError(f"sglang_lora: the loader's verify of version {version} as {name} did not decide: {failed}; "

@@ -119,6 +119,13 @@ def trace_layout(manager: Any, uid: str, tensors: Mapping[str, torch.Tensor]) ->
         for (buffer, key), trace in trace_layer(manager, uid, layer, probes, keys).items():
             blocks.extend(blocks_from_trace(trace.numpy(), specs, buffer, key, layer,
                                             scaled=buffer == "B" and key in experts))
+    fed = {(b.buffer, b.module, b.layer) for b in blocks if b.src is not None}
+    starved = [f"{f}[{k}][layer {layer}]" for k in sorted(experts) for layer in range(pool.num_layer) for f in "AB"
+               if (f, k, layer) not in fed]
+    if starved:  # the pool has expert LoRA buffers that this adapter leaves as they were
+        raise ResidentError(E.UNSUPPORTED_LAYOUT, f"the adapter leaves {starved[0]} (and {len(starved) - 1} more) "
+                                                  "without a tensor: some SGLang releases then keep an earlier "
+                                                  "adapter's bytes there, which no check of this adapter would see")
     used = {b.src for b in blocks if b.src is not None}
     numel = {s.name: s.numel for s in specs}
     for b in blocks:
