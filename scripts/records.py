@@ -210,7 +210,8 @@ def gpu_peak_figures(samples: Path | None) -> dict[str, Any]:
 
 
 def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
-                  lora_backend: str | None = None, mem_samples: Path | None = None) -> dict[str, Any]:
+                  lora_backend: str | None = None, mem_samples: Path | None = None,
+                  lora_targets: str | None = None) -> dict[str, Any]:
     """One scale run: medians over its steps after the first (which compiles kernels and makes the first sync) of
     verl's step time and its parts (``timing_s/*``) and of the plugin's sync time; the GPU peak of the trainer's
     and of SGLang's processes from the driver (``mem_samples``: mem_sampler.py's CSV; GPU_PEAK_MEASURED says what
@@ -226,7 +227,8 @@ def scale_figures(log: str, shape: str, arm: str, trainer: str, responses: int,
     rates = [None if None in (length, gen) or not gen else length * responses / gen
              for length, gen in zip(s["response_length/mean"], s["timing_s/gen"])]
     gpu = gpu_peak_figures(mem_samples)
-    return {"shape": shape, "trainer": trainer, "arm": arm, "lora_backend": lora_backend or None, "steps": n,
+    return {"shape": shape, "trainer": trainer, "arm": arm, "lora_backend": lora_backend or None,
+            "lora_targets": lora_targets or None, "steps": n,
             "measured_steps": n - skip, "step_s_p50": med("timing_s/step"),
             "parts_s": {p: med(f"timing_s/{p}") for p in SCALE_PARTS},
             "sync_ms_p50": med("sglang_lora/sync_total_ms"), "adapter_bytes_per_sync": med("sglang_lora/sync_bytes"),
@@ -458,22 +460,24 @@ def render_benchmarks(records: dict[str, list[dict[str, Any]]]) -> str:
                 "`bash scripts/device/scale.sh`: a GRPO example (trainer fsdp or megatron) on a random-weights "
                 "checkpoint of the shape with a fixed response length, per arm (adapter: `rollout.name=sglang_lora`; "
                 "merge: `lora.merge=True`; no_lora: full fine-tuning with `rollout.name=sglang`, actor offloaded); a "
-                "mixture-of-experts shape trains an attention-only adapter. Seconds are medians over the steps after "
+                "mixture-of-experts shape trains an attention-only adapter, with `EXPERT_LORA=1` the experts' too (LoRA targets). "
+                "Seconds are medians over the steps after "
                 "the first. GPU GiB: the largest per-process GPU memory the driver reported (nvidia-smi, sampled "
                 "every second; CUDA context and allocator cache included) of the trainer's processes and of SGLang's, "
                 "'-' where nvidia-smi listed none of the run's pids; allocated GiB is verl's figure for the trainer, "
                 "the torch allocator's peak. Host GiB is the host's used memory; rollout tok/s is "
                 "response_length/mean x responses / timing_s/gen. Plot: `python scripts/plot_scale.py` writes "
                 "docs/scale_parts.png.", "", "![step time by part per scale run](scale_parts.png)", "",
-                "| where | shape | trainer | arm | LoRA backend | steps | step s | gen s | old_log_prob s | ref s "
+                "| where | shape | trainer | arm | LoRA backend | LoRA targets | steps | step s | gen s | old_log_prob s | ref s "
                 "| update_actor s | update_weights s | sync ms | adapter MB per sync | trainer GPU GiB | SGLang GPU GiB "
                 "| trainer allocated GiB | host GiB | rollout tok/s | length clip ratio |",
-                "|---" * 20 + "|"]
+                "|---" * 21 + "|"]
         for r in scale:
             f = r["figures"]
             p = f["parts_s"]
             peak = f["peak_gpu_gib"]
             out.append(f"| {_where(r)} | {f['shape']} | {f['trainer']} | {f['arm']} | {_fmt(f['lora_backend'])} | "
+                       f"{_fmt(f.get('lora_targets'))} | "
                        f"{f['steps']} | {_fmt(f['step_s_p50'])} | " + " | ".join(_fmt(p[k]) for k in SCALE_PARTS) +
                        f" | {_fmt(f['sync_ms_p50'])} | {_fmt(_mb(f.get('adapter_bytes_per_sync')))} | "
                        f"{_fmt(peak['trainer'])} | {_fmt(peak['sglang'])} | "
@@ -721,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     scale.add_argument("--trainer", default="fsdp", choices=("fsdp", "megatron"))
     scale.add_argument("--responses", required=True, type=int, help="responses per step: train_batch_size x n")
     scale.add_argument("--lora-backend", default="")
+    scale.add_argument("--lora-targets", default="", help="what the adapter targets, e.g. attention+experts")
     scale.add_argument("--mem-samples", type=Path, default=None,
                        help="scripts/device/mem_sampler.py's CSV of the run: the GPU peaks per role")
     svp = sub.add_parser("stock_vs_plugin")
@@ -754,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
         print(append(make_record("learning", args.command, figures), args.out))
     elif args.cmd == "scale":
         figures = scale_figures(args.log.read_text(errors="replace"), args.shape, args.arm, args.trainer,
-                                args.responses, args.lora_backend, args.mem_samples)
+                                args.responses, args.lora_backend, args.mem_samples, args.lora_targets)
         print(append(make_record("scale", args.command, figures), args.out))
     elif args.cmd == "stock_vs_plugin":
         figures = stock_vs_plugin_figures(args.log.read_text(errors="replace"), args.path, args.trainer,

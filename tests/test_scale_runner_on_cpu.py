@@ -102,7 +102,7 @@ def test_scale_records_render_as_a_table_and_none_renders_nothing(tmp_path: Path
     rec = {"kind": "scale", "date": "2026-01-01", "commit": "c0", "gpu": "G", "versions": {}, "command": "x",
            "figures": f}
     page = records.render_benchmarks({"scale": [rec]})
-    assert "## One-GPU scale runs" in page and "| qwen3-8b | megatron | merge | - | 2 | 12 | 5 |" in page
+    assert "## One-GPU scale runs" in page and "| qwen3-8b | megatron | merge | - | - | 2 | 12 | 5 |" in page
     # update_weights, sync ms, adapter MB, trainer and SGLang GPU GiB, allocated, host
     assert "| 0.5 | - | - | 20 | 40 | 32 | 59 |" in page
     rec["figures"] = {**f, "adapter_bytes_per_sync": 349175808.0}
@@ -183,6 +183,23 @@ def test_a_moe_shape_trains_attention_only_and_the_guards_accept_it(tmp_path: Pa
     (rec,) = json.loads((results / "scale.json").read_text())
     assert (rec["figures"]["shape"], rec["figures"]["arm"]) == (MOE, "adapter")
     assert "target_modules=[q_proj,k_proj,v_proj,o_proj]" in rec["command"]
+    assert rec["figures"]["lora_targets"] == "attention"
+
+
+def test_expert_lora_on_the_moe_shape_adds_the_experts_and_the_guards_accept_it(tmp_path: Path) -> None:
+    """EXPERT_LORA=1: the fused experts' target_parameters beside the attention targets, at the example's rollout TP
+    1; the installed SGLang's guards serve it; the record says what the adapter targets."""
+    pytest.importorskip("verl")
+    from verl_sglang_lora.verl_glue.config_guards import config_problems
+
+    _, logs, results = run_scale(tmp_path, MOE, EXPERT_LORA="1")
+    cfg = composed(logs, f"scale_fsdp_{MOE}_adapter_experts", "ppo_trainer")
+    a = cfg.actor_rollout_ref
+    assert list(a.model.target_parameters) == ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+    assert list(a.model.target_modules) == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert a.rollout.tensor_model_parallel_size == 1 and config_problems(a.rollout, a.model) == []
+    (rec,) = json.loads((results / "scale.json").read_text())
+    assert rec["figures"]["lora_targets"] == "attention+experts" and "EXPERT_LORA=1" in rec["command"]
 
 
 def test_the_megatron_branch_runs_the_megatron_example_with_its_own_offload_keys(tmp_path: Path) -> None:

@@ -20,8 +20,10 @@
 # shape's vocab, so each prompt is a valid input; sampled ids above it decode to nothing. A dense layer costs the
 # same whatever its values, and the responses have a fixed length (below), so the step's time and memory are those
 # of the shape. A mixture-of-experts shape trains an attention-only adapter (model.target_modules=[q_proj,k_proj,
-# v_proj,o_proj]; Megatron: model.lora.target_modules=[linear_qkv,linear_proj]): an expert adapter is refused
-# before any worker starts (verl_glue/config_guards.py).
+# v_proj,o_proj]; Megatron: model.lora.target_modules=[linear_qkv,linear_proj]): MLP targets are refused
+# before any worker starts (verl_glue/config_guards.py). EXPERT_LORA=1 (FSDP, a mixture-of-experts shape) adds
+# +actor_rollout_ref.model.target_parameters=[mlp.experts.gate_up_proj,mlp.experts.down_proj]: the experts' LoRA,
+# served as SGLang's expert LoRA where the installed SGLang and the rollout allow it (docs/configuration.md).
 # Fixed length: rollout.ignore_eos=True is passed, and the stop tokens' lm_head rows are zero, which puts their
 # probability near 1e-7 per sampled token (the rollout's SGLang path takes no ignore_eos); every response then runs
 # to RESP tokens (the record keeps response_length/clip_ratio to show it).
@@ -42,6 +44,7 @@ moe=$("$PY" -c "from verl_sglang_lora.tools.benchmarks import SHAPES; print(int(
 # every arm on FSDP with a dense shape; the adapter arm elsewhere (merged weights of an MoE model are refused with
 # FSDP, verl_glue/config_guards.py)
 if [ "$TRAINER" = fsdp ] && [ "$moe" = 0 ]; then ARMS=${ARMS:-adapter merge no_lora}; else ARMS=${ARMS:-adapter}; fi
+EXPERT_LORA=${EXPERT_LORA:-0}
 BATCH=${BATCH:-16}; N=${N:-4}; MEM=${MEM:-0.5}; RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 SCALE_DIR=${SCALE_DIR:-/tmp/scale}; SCALE_LOGS=${SCALE_LOGS:-/tmp/scale_logs}
 EXAMPLE=examples/run_qwen3_lora_$TRAINER.sh
@@ -100,7 +103,9 @@ common_args() {
     esac
     if [ "$moe" = 1 ]; then
         case $TRAINER in
-        fsdp) echo "actor_rollout_ref.model.target_modules=[q_proj,k_proj,v_proj,o_proj]" ;;
+        fsdp) echo "actor_rollout_ref.model.target_modules=[q_proj,k_proj,v_proj,o_proj]"
+              [ "$EXPERT_LORA" = 1 ] && \
+                  echo "+actor_rollout_ref.model.target_parameters=[mlp.experts.gate_up_proj,mlp.experts.down_proj]" ;;
         megatron) echo "actor_rollout_ref.model.lora.target_modules=[linear_qkv,linear_proj]" ;;
         esac
     fi
@@ -117,7 +122,7 @@ arm_args() {
 }
 for arm in "${arms[@]}"; do
     rank=32; [ "$arm" = no_lora ] && rank=0
-    name=scale_${TRAINER}_${SHAPE}_$arm
+    name=scale_${TRAINER}_${SHAPE}_$arm; [ "$EXPERT_LORA" = 1 ] && name=${name}_experts
     log=$SCALE_LOGS/$name.log; mem=$SCALE_LOGS/${name}_mem.csv
     extra=$(arm_args "$arm") || exit 2
     START=$(date +%s)
@@ -134,10 +139,14 @@ for arm in "${arms[@]}"; do
     "$PY" -m ray.scripts.scripts stop --force > /dev/null 2>&1
     echo "== $arm rc=$rc wall=$(( $(date +%s) - START ))s"
     lb=$backend; [ "$arm" = adapter ] || lb=
+    targets=all-linear; [ "$moe" = 1 ] && targets=attention
+    [ "$moe" = 1 ] && [ "$EXPERT_LORA" = 1 ] && [ "$TRAINER" = fsdp ] && targets=attention+experts
+    [ "$arm" = no_lora ] && targets=
     how="triton attention, pytorch sampling, eager"; [ "$TRAINER" = megatron ] && how="$how, TE attention $ATTN_BACKEND"
     "$PY" scripts/records.py scale "$log" --shape "$SHAPE" --arm "$arm" --trainer "$TRAINER" \
-        --responses $((BATCH * N)) --lora-backend "$lb" --mem-samples "$mem" --out "$LOGDIR/results" \
-        --command "TRAINER=$TRAINER SHAPE=$SHAPE STEPS=$STEPS RESP=$RESP ARMS=$arm bash scripts/device/scale.sh: LORA_RANK=$rank bash $EXAMPLE $(common_args | tr '\n' ' ')$(echo $extra) ($how)"
+        --responses $((BATCH * N)) --lora-backend "$lb" --lora-targets "$targets" --mem-samples "$mem" \
+        --out "$LOGDIR/results" \
+        --command "TRAINER=$TRAINER SHAPE=$SHAPE STEPS=$STEPS RESP=$RESP ARMS=$arm EXPERT_LORA=$EXPERT_LORA bash scripts/device/scale.sh: LORA_RANK=$rank bash $EXAMPLE $(common_args | tr '\n' ' ')$(echo $extra) ($how)"
     grep -E "Traceback|Error" "$log" | grep -v "UserWarning\|warnings.warn" | tail -3
 done
 [ ${#arms[@]} -gt 0 ] || exit 0
