@@ -44,7 +44,7 @@ from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config, 
 from verl_sglang_lora.sglang_contract.update_session import update_session
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames, lora_module_path
 from verl_sglang_lora.verl_glue.config_access import sglang_rank_count
-from verl_sglang_lora.verl_glue.config_guards import check_config
+from verl_sglang_lora.verl_glue.config_guards import check_config, model_hf_config
 from verl_sglang_lora.verl_glue.device_collect import install as install_device_collect
 from verl_sglang_lora.verl_glue.http_engine import concrete_client_in
 from verl_sglang_lora.verl_glue.imports import load_verl_server_adapter
@@ -76,6 +76,9 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
         self._resident_attached = -1  # the collector layout the server's slots are attached to (-1: none)
         self._resident_active: str | None = None  # the slot the server served after the last sync (None: unknown)
         self._served_scaling: float | None = None  # the trainer's peft scaling, which SGLang's lora_alpha / r must equal
+        # the expert count and widths the fused-expert conversion reads, fixed by the model (None: a dense adapter)
+        self._expert_dims = ExpertDims.from_hf_config(model_hf_config(self.model_config) or {}) \
+            if self.lora.expert_projections else None
         if self.lora.as_adapter and self.settings.device_collect:
             install_device_collect()
         self._internal_version = -1
@@ -168,8 +171,8 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
                 pass
             return {}
         version = self._version(global_steps)
-        if self.lora.expert_projections:  # PEFT's fused-expert pairs as SGLang's 3-D expert LoRA weights
-            weights = convert_stream(weights, self._expert_dims())
+        if self._expert_dims is not None:  # PEFT's fused-expert pairs as SGLang's 3-D expert LoRA weights
+            weights = convert_stream(weights, self._expert_dims)
         adapter = self._collector.collect(weights, self.weight_names().resolve_lora)
         config_dict = normalize_peft_config(
             peft_config, rank=self.lora.rank, alpha=self.lora.alpha, modules=adapter.module_leaves()
@@ -227,10 +230,6 @@ class SGLangLoRAServerAdapter(_VerlServerAdapter):
             result = await self.server_actor.commit_adapter.remote(version, None, snapshot_ms)
         logger.info("sglang_lora: adapter sync %s", result)
         return result
-
-    def _expert_dims(self) -> ExpertDims:
-        hf = getattr(self.model_config, "hf_config", None)
-        return ExpertDims.from_hf_config(hf.to_dict() if hasattr(hf, "to_dict") else dict(hf or {}))
 
     def _resident_calls(self, adapter: FlatAdapter, config: dict, version: int, inplace: bool):
         """The loader calls for this sync: attach (once per launch and buffer layout), or the write for the slot the

@@ -27,7 +27,7 @@ PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_pro
 # A fused-expert LoRA module (``mlp.experts.gate_up_proj``, sglang_contract/expert_lora.py) exists where the
 # checkpoint has expert 0's per-projection weights (``mlp.experts.0.gate_proj.weight``, a Qwen3 MoE checkpoint) or
 # the fused parameter itself.
-EXPERT_PARTS = {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}
+EXPERT_PARTS = {"gate_up_proj": PACKED["gate_up_proj"], "down_proj": ("down_proj",)}
 LORA_RE = re.compile(r"^(?P<module_path>.+)\.lora_(?P<ab>[AB])(?:\.(?P<adapter>[A-Za-z0-9_]+))?\.weight$")
 LAYER_RE = re.compile(r"\.layers\.(\d+)\.")
 

@@ -145,6 +145,19 @@ def attach_summary(calls: list[LoaderCall]) -> str:
     return "; ".join(f"{c.slot}: {c.result().get('message') or '(no message)'}" for c in calls if c.op == "attach")
 
 
+def scaling_problem(result: dict[str, Any], scaling: float | None) -> str | None:
+    """Why the scaling SGLang reported for a slot (a loader answer's fields) is not the trainer's ``scaling``; None
+    when it is, or when no trainer scaling is given."""
+    if scaling is None:
+        return None
+    if result["scaling"] is None:
+        return "SGLang's scaling for the slot could not be read"
+    if not math.isclose(result["scaling"], scaling, rel_tol=1e-9):
+        return (f"SGLang serves the slot at scaling {result['scaling']:.6g} (r={result['lora_r']}), the trainer's "
+                f"scaling is {scaling:.6g}")
+    return None
+
+
 def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str | None:
     """None when every call the server ran succeeded (docs/resident_sync.md: "What the client accepts"), else why."""
     for call in calls:
@@ -156,12 +169,9 @@ def check_results(calls: list[LoaderCall], scaling: float | None = None) -> str 
                     f"{r['seq']}'s answer); the reason is in SGLang's scheduler log ('verl resident loader')")
         if not r["ok"]:
             return f"{call.op} {call.slot}: {r['error_text'] or r['error']}: {r['message']}"
-        if call.op in ("attach", "write", "verify") and scaling is not None:
-            if r["scaling"] is None:
-                return f"{call.op} {call.slot}: SGLang's scaling for the slot could not be read"
-            if not math.isclose(r["scaling"], scaling, rel_tol=1e-9):
-                return (f"{call.op} {call.slot}: SGLang serves the slot at scaling {r['scaling']:.6g} "
-                        f"(r={r['lora_r']}), the trainer's scaling is {scaling:.6g}")
+        wrong_scale = scaling_problem(r, scaling) if call.op in ("attach", "write", "verify") else None
+        if wrong_scale:
+            return f"{call.op} {call.slot}: {wrong_scale}"
         if r["copies"] and r["verified_by"] == P.NOT_VERIFIED:
             return f"{call.op} {call.slot}: the loader wrote the slot without verifying it"
     return None
@@ -190,14 +200,14 @@ def check_load_verify(result: dict, call: LoaderCall | None, scaling: float | No
     if not state.get("ran"):
         raise LoadVerifyError(f"sglang_lora: version {version} loaded as {name} could not be verified byte for byte "
                               f"in SGLang's pool ({state.get('reason')}); it is not served")
-    failed = check_results([call], scaling)
+    failed = check_results([call])  # the bytes first; the scaling only of an answer that proved them
     if failed is None:
+        wrong_scale = scaling_problem(call.result(), scaling)
+        if wrong_scale:  # equal bytes, served at another lora_alpha / r
+            raise LoadVerifyError(f"sglang_lora: version {version} loaded as {name} has the trainer's bytes, but "
+                                  f"{wrong_scale}; it is not served")
         return
-    r = call.result()
-    if r["ok"] and r["seq"] == call.seq and "scaling" in failed:  # equal bytes, served at another lora_alpha / r
-        raise LoadVerifyError(f"sglang_lora: version {version} loaded as {name} has the trainer's bytes, but "
-                              f"{failed.split(': ', 1)[1]}; it is not served")
-    if r["error"] == P.ErrorCode.MISMATCH:
+    if call.result()["error"] == P.ErrorCode.MISMATCH:
         raise LoadVerifyError(f"sglang_lora: SGLang holds version {version} as {name} with other bytes than the "
                               f"trainer sent (loader verify): {failed}")
     raise LoadVerifyError(f"sglang_lora: the loader's verify of version {version} as {name} did not decide: {failed}; "
