@@ -43,8 +43,18 @@ for case in ({"attn_dp_size": 2}, {"attn_dp_size": 1}, {"enable_two_batch_overla
     except ValueError:
         sglang_refuses = True
     refusals.append([case, sglang_refuses, triton_v2_refusal(case) is not None])
-print(json.dumps({"version": sglang.__version__, "choices": choices, "default": default,
-                  "plugin": plugin_lora_backend(), "refusals": refusals,
+# expert LoRA: whether the release's MoE LoRA layer pairs triton_v2 with a LoRA MoE runner only, and what the plugin
+# launches an expert-LoRA server (and a dense one) with
+import pathlib
+from verl_sglang_lora.sglang_contract.lora_backends import chosen_backend
+layers = pathlib.Path(sglang.__file__).parent / "srt" / "lora" / "layers.py"
+pairs = "must pair --lora-backend triton_v2 with" in layers.read_text()
+backends = {"expert": chosen_backend(plugin_lora_backend(), {"experts_shared_outer_loras": False}),
+            "expert_lora_runner": chosen_backend(plugin_lora_backend(), {"experts_shared_outer_loras": False,
+                                                                         "moe_runner_backend": "lora_triton"}),
+            "dense": chosen_backend(plugin_lora_backend(), {})}
+print(json.dumps({"version": sglang.__version__, "choices": choices, "default": default, "pairs": pairs,
+                  "backends": backends, "plugin": plugin_lora_backend(), "refusals": refusals,
                   "field_default": next(f.default for f in declared if f.name == "lora_backend")}))
 """
 
@@ -68,6 +78,17 @@ def test_discovery_reads_each_releases_own_cli(discovered, version) -> None:
     assert bool(out["refusals"]) is ("triton_v2" in out["choices"])
     for case, sglang_refuses, plugin_refuses in out["refusals"]:
         assert sglang_refuses is plugin_refuses, case
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_expert_lora_launches_with_a_backend_its_moe_layer_accepts(discovered, version) -> None:
+    """A release whose MoE LoRA layer pairs triton_v2 only with a LoRA MoE runner (0.5.23, FusedMoEWithLoRA) gets
+    triton for expert LoRA on the MoE runner SGLang picks, triton_v2 with a LoRA runner or without expert LoRA."""
+    out = release_result(discovered, version)
+    backends = out["backends"]
+    assert out["pairs"] is ("triton_v2" in out["choices"])  # the check exists exactly where triton_v2 does
+    assert backends["dense"] == out["plugin"] and backends["expert_lora_runner"] == out["plugin"]
+    assert backends["expert"] == ("triton" if out["plugin"] == "triton_v2" else out["plugin"])
 
 
 def test_select_backends() -> None:

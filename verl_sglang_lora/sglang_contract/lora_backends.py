@@ -65,7 +65,13 @@ def plugin_lora_backend(declared: list[str] | None = None) -> str | None:
 
 def triton_v2_refusal(args: Mapping[str, Any]) -> str | None:
     """Why SGLang 0.5.23 would refuse ``--lora-backend triton_v2`` with these final launch arguments
-    (``arg_groups/lora_hook.py``, ``_check_v2_lora_modes``), or None."""
+    (``arg_groups/lora_hook.py``, ``_check_v2_lora_modes``; for expert LoRA, ``FusedMoEWithLoRA`` in
+    ``lora/layers.py``), or None."""
+    # expert LoRA (the only launch that sets experts_shared_outer_loras=False, launch_args.py): SGLang pairs triton_v2
+    # with a LoRA MoE runner only, and the plugin launches with the MoE runner SGLang picks
+    runner = str(args.get("moe_runner_backend") or "auto")
+    if args.get("experts_shared_outer_loras") is False and not runner.startswith("lora_"):
+        return f"expert LoRA on the MoE runner {runner} (it pairs triton_v2 with --moe-runner-backend lora_*)"
     dp = int(args.get("dp_size") or 1)
     attn_dp = int(args.get("attn_dp_size") or (dp if args.get("enable_dp_attention") else 1))
     for refused, mode in ((attn_dp > 1, "DP attention"), (bool(args.get("enable_two_batch_overlap")), "two-batch overlap"),

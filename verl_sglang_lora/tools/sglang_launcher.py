@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
-from verl_sglang_lora.sglang_contract.lora_backends import plugin_lora_backend
+from verl_sglang_lora.sglang_contract.lora_backends import chosen_backend, plugin_lora_backend
 from verl_sglang_lora.sglang_contract.ports import server_port
 
 
@@ -38,7 +38,7 @@ def lora_cli_args(lora_args: dict[str, Any]) -> list[str]:
 class SGLangProcess:
     def __init__(self, model_path: str | Path, lora_args: dict[str, Any], *, mem_fraction: float, extra: Sequence[str] = ()):
         if lora_args.get("enable_lora"):  # as the server actor launches: SGLANG_LORA_BACKEND runs tests/gpu under another
-            backend = os.environ.get("SGLANG_LORA_BACKEND") or lora_args.get("lora_backend") or plugin_lora_backend()
+            backend = os.environ.get("SGLANG_LORA_BACKEND") or chosen_backend(plugin_lora_backend(), lora_args)
             lora_args = {**lora_args, **({"lora_backend": backend} if backend else {})}
         self.port = server_port()  # valid on every release without SGLANG_GRPC_PORT (sglang_contract.ports)
         self.addr = f"127.0.0.1:{self.port}"
