@@ -40,7 +40,7 @@ from verl_sglang_lora.sglang_contract.target_modules import sglang_serves_expert
 if not sglang_serves_expert_lora():
     pytest.skip("the installed SGLang has no MoE LoRA code", allow_module_level=True)
 
-from tests.gpu.test_sglang_server_gpu import _prompt_logprobs  # noqa: E402
+from tests.gpu.test_sglang_server_gpu import _prompt_logprobs, serve  # noqa: E402
 from tests.peft_reference import (MIN_EFFECT_IN_TOLERANCES, PROMPT_LEN, RESPONSE_LEN, TOKEN_SEED,  # noqa: E402
                                   fill_lora, lora_state, max_gap, mis_scaled, response_logprobs, token_sequence,
                                   tolerance)
@@ -59,7 +59,6 @@ from verl_sglang_lora.sglang_contract.lora_request import REQUEST_CLASS, request
 from verl_sglang_lora.sglang_contract.peft_config import normalize_peft_config  # noqa: E402
 from verl_sglang_lora.sglang_contract.update_session import HeldSession  # noqa: E402
 from verl_sglang_lora.sglang_contract.weight_names import ModelWeightNames  # noqa: E402
-from verl_sglang_lora.tools.sglang_launcher import SGLangProcess  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -91,14 +90,7 @@ def server(moe_path):
                       "target_parameters": EXPERT_PARAMS, "lora": {}})
     args = lora_launch_args(plan, resident=True)
     assert args["experts_shared_outer_loras"] is False and {"gate_up_proj", "down_proj"} <= set(args["lora_target_modules"])
-    proc = SGLangProcess(moe_path, args, mem_fraction=0.3, extra=["--skip-tokenizer-init"])
-    try:
-        proc.wait(timeout=300)
-    except (RuntimeError, TimeoutError) as exc:
-        proc.stop()
-        pytest.fail(str(exc))
-    yield proc.addr
-    proc.stop()
+    yield from serve(moe_path, args, ["--skip-tokenizer-init"])
 
 
 def _peft(model_path, dtype):
@@ -140,7 +132,7 @@ def results(server, moe_path):
     lora = _peft(moe_path, torch.float32)
     reference = response_logprobs(lora, ids, RESPONSE_LEN)
     state = {k: v.to(torch.bfloat16) for k, v in lora_state(lora).items()}
-    config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in lora.peft_config["default"].to_dict().items()}
+    config = lora.peft_config["default"].to_dict()  # as verl's FSDP actor hands it over (sets, enums)
     # the experts' own share (the expert B's zeroed), then the base model (every B zeroed)
     reference_attention_only, reference_base = (_zero_b(lora, ids, part) for part in (".mlp.experts.", ""))
     del lora

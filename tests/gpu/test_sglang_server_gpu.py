@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -45,10 +46,10 @@ def model_path(tmp_path_factory) -> Path:
     return out / "model"
 
 
-@pytest.fixture(scope="module")
-def server(model_path):
-    args = lora_launch_args(lora_plan({"lora_rank": RANK, "target_modules": "all-linear", "lora": {}}))
-    proc = SGLangProcess(model_path, args, mem_fraction=0.3, extra=["--enable-memory-saver"])
+def serve(model_path: Path, lora_args: dict, extra: list[str]) -> Iterator[str]:
+    """A module fixture's body: a started SGLang server's address, the server stopped after; the test fails if it
+    does not come up."""
+    proc = SGLangProcess(model_path, lora_args, mem_fraction=0.3, extra=extra)
     try:
         proc.wait(timeout=300)
     except (RuntimeError, TimeoutError) as exc:
@@ -56,6 +57,12 @@ def server(model_path):
         pytest.fail(str(exc))
     yield proc.addr
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def server(model_path):
+    args = lora_launch_args(lora_plan({"lora_rank": RANK, "target_modules": "all-linear", "lora": {}}))
+    yield from serve(model_path, args, ["--enable-memory-saver"])
 
 
 def _adapter(model_path: Path, zero_b: bool):
