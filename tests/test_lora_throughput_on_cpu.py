@@ -138,6 +138,34 @@ def test_rows_fastest_table_json() -> None:
     assert doc["fastest_by_batch"] == {"64": "csgmv"}
 
 
+def test_the_adapters_cost_per_decode_step() -> None:
+    rows = synthetic_rows()
+    # (1.25 - 1.0) s per batch over 256 new tokens, and nothing for a row without both timings
+    assert lt.adapter_ms_per_step(rows[0], 256) == pytest.approx(250 / 256)
+    assert lt.adapter_ms_per_step(lt.make_row("triton", 64, 256, [1.0, 3.0], [2.5, 2.5], True), 100) == 5.0
+    assert lt.adapter_ms_per_step(rows[2], 256) is None
+    table = lt.format_table(rows, 256)
+    assert table.splitlines()[0].endswith("| error | adapter ms per decode step |")
+    assert "| triton | 64 | 16384.0 | 13107.2 | 0.800 | - | yes |  | 0.977 |" in table
+    assert "| ascend | 64 | - | - | - | - | - | RuntimeError: no NPU / here | - |" in table
+    assert "adapter ms" not in lt.format_table(rows)  # a record without its gen_len keeps the old columns
+
+
+@pytest.mark.parametrize("modules", ["all-linear", ["q_proj", "k_proj", "v_proj", "o_proj"], ["down_proj"]])
+def test_adapter_bytes_are_what_peft_builds_on_the_shape(modules) -> None:
+    import peft
+    import torch
+    import transformers
+
+    from verl_sglang_lora.tools.benchmarks import shape_config
+
+    with torch.device("meta"):  # the 8B shape's modules with no memory behind them
+        model = transformers.AutoModelForCausalLM.from_config(shape_config("qwen3-8b"), torch_dtype=torch.bfloat16)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=32, lora_alpha=64, target_modules=modules))
+    built = sum(p.numel() for n, p in model.named_parameters() if ".lora_" in n)  # PEFT keeps them in fp32
+    assert lt.adapter_bytes_per_step("qwen3-8b", 32, modules) == 2 * built  # SGLang serves them in bf16
+
+
 def test_each_batch_size_against_the_lora_off_engine_of_its_own_size() -> None:
     rows = [lt.make_row("triton", 64, 256, [1.0], [1.25], True), lt.make_row("csgmv", 64, 256, [1.0], [1.3], True),
             lt.make_row("triton", 256, 256, [2.0], [2.1], True), lt.make_row("csgmv", 256, 256, [2.0], [2.0], True),

@@ -117,12 +117,13 @@ def test_throughput_records_render_the_tools_own_table() -> None:
               "command": "python -m verl_sglang_lora.tools.lora_throughput",
               "figures": lt.report(rows, {"shape": "qwen3-8b", "rank": 32, "batch": 64, "gen_len": 256})}
     text = records.render_benchmarks({"lora_throughput": [record]})
-    assert lt.format_table(rows) in text
+    assert lt.format_table(rows, 256) in text  # with each step's cost, from the run's gen_len
+    assert "A and B matrices are 174.6 MB (bf16)" in text
     assert "fastest at batch 64: triton" in text  # the backend that ignored the adapter is not named
     # a record of one batch size whose rows name none (before rows carried their size) renders with the run's size
     old = {**record, "figures": {**record["figures"], "rows": [{k: v for k, v in r.items() if k != "batch"}
                                                                for r in rows]}}
-    assert lt.format_table(rows) in records.render_benchmarks({"lora_throughput": [old]})
+    assert lt.format_table(rows, 256) in records.render_benchmarks({"lora_throughput": [old]})
 
 
 def test_a_tests_gpu_run_stopped_by_its_timeout_makes_no_record(tmp_path, capsys) -> None:

@@ -66,6 +66,28 @@ def make_row(backend: str, batch: int, gen_len: int, base_s: list[float] | None,
             "adapter_changes_logprobs": changes_logprobs, "base_s": base_s, "adapter_s": adapter_s, "error": error}
 
 
+def adapter_ms_per_step(row: dict[str, Any], gen_len: int) -> float | None:
+    """What the adapter adds to one decode step of the batch, in ms: (adapter - base seconds per batch) / gen_len
+    (the prompt's prefill is inside both timings, its share included)."""
+    base, adapter = row.get("base_s"), row.get("adapter_s")
+    if not base or not adapter or not gen_len:
+        return None
+    return (sum(adapter) / len(adapter) - sum(base) / len(base)) * 1000.0 / gen_len
+
+
+def adapter_bytes_per_step(shape: str, rank: int, modules: str | list[str] = "all-linear") -> int:
+    """Bytes of the adapter's A and B matrices (bf16) on a dense shape: what each decode step has to read."""
+    from verl_sglang_lora.tools.benchmarks import SHAPES
+
+    c = SHAPES[shape]
+    hidden, q, kv = c["hidden_size"], c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+    inter = c["intermediate_size"]
+    in_out = {"q_proj": (hidden, q), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (q, hidden),
+              "gate_proj": (hidden, inter), "up_proj": (hidden, inter), "down_proj": (inter, hidden)}
+    names = list(in_out) if modules == "all-linear" else modules
+    return 2 * rank * c["num_hidden_layers"] * sum(sum(in_out[m]) for m in names)
+
+
 def fastest(rows: list[dict[str, Any]]) -> str | None:
     """The backend with the highest adapter/base ratio among error-free rows whose adapter changed the served
     log-probs (a backend that ignores the adapter is fast and wrong; ties: higher adapter tokens/s)."""
@@ -81,8 +103,8 @@ def fastest_by_batch(rows: list[dict[str, Any]]) -> dict[Any, str | None]:
     return {b: fastest([r for r in rows if r.get("batch") == b]) for b in dict.fromkeys(r.get("batch") for r in rows)}
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown table of the rows plus the "fastest" line."""
+def format_table(rows: list[dict[str, Any]], gen_len: int | None = None) -> str:
+    """Markdown table of the rows plus the "fastest" line; with ``gen_len``, what the adapter adds per decode step."""
 
     def cell(v: Any) -> str:
         if v is None:
@@ -92,14 +114,17 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         return f"{v:.3f}" if isinstance(v, float) and v < 10 else str(v)
 
     plain = {r.get("batch"): r["base_tok_s"] for r in rows if r["backend"] == LORA_OFF}
+    step = " adapter ms per decode step |" if gen_len else ""
     lines = ["| backend | batch | base tok/s | adapter tok/s | adapter/base | adapter/LoRA-off base | adapter changes "
-             "log-probs | error |", "|---|---|---|---|---|---|---|---|"]
+             f"log-probs | error |{step}", "|---|---|---|---|---|---|---|---|" + ("---|" if gen_len else "")]
     for r in rows:
         off = plain.get(r.get("batch"))
         vs_plain = round(r["adapter_tok_s"] / off, 4) if off and r["adapter_tok_s"] else None
+        ms = adapter_ms_per_step(r, gen_len) if gen_len else None
         lines.append(f"| {r['backend']} | {cell(r.get('batch'))} | {cell(r['base_tok_s'])} | "
                      f"{cell(r['adapter_tok_s'])} | {cell(r['adapter_over_base'])} | {cell(vs_plain)} | "
-                     f"{cell(r['adapter_changes_logprobs'])} | {(r.get('error') or '').replace('|', '/')} |")
+                     f"{cell(r['adapter_changes_logprobs'])} | {(r.get('error') or '').replace('|', '/')} |"
+                     + (f" {cell(None if ms is None else round(ms, 3))} |" if gen_len else ""))
     lines.append("")
     for batch, best in fastest_by_batch(rows).items():
         at = "" if batch is None else f" at batch {batch}"
@@ -249,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({k: v for k, v in row.items() if k not in ("base_s", "adapter_s")}), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(format_table(rows))
+    print(format_table(rows, args.gen_len))
+    print(f"adapter weights read per decode step: "
+          f"{adapter_bytes_per_step(args.shape, args.rank, target_modules(args.target_modules)) / 1e6:.1f} MB")
     if args.json:
         meta = {"shape": args.shape, "rank": args.rank, "target_modules": args.target_modules,
                 "batch": args.batch if len(args.batch) > 1 else args.batch[0],
