@@ -153,16 +153,21 @@ def model_names(model_dir: Path) -> ModelWeightNames:
     return ModelWeightNames(frozenset(model.state_dict()), cfg.num_hidden_layers, bool(cfg.tie_word_embeddings))
 
 
+def projection_dims(config: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """(in, out) features of each linear projection of a dense Qwen3 layer, from its config's fields."""
+    q = config["num_attention_heads"] * config["head_dim"]
+    kv = config["num_key_value_heads"] * config["head_dim"]
+    h, i = config["hidden_size"], config["intermediate_size"]
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+
 def random_adapter(model_dir: Path, rank: int, seed: int) -> list[tuple[str, torch.Tensor]]:
     """An r-rank all-linear adapter in PEFT names, on CPU (verl's FSDP engine hands adapters over on CPU)."""
     import transformers
 
     cfg = transformers.AutoConfig.from_pretrained(model_dir)
-    q = cfg.num_attention_heads * cfg.head_dim
-    kv = cfg.num_key_value_heads * cfg.head_dim
-    h, i = cfg.hidden_size, cfg.intermediate_size
-    dims = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+    dims = projection_dims(cfg.to_dict())
     gen = torch.Generator().manual_seed(seed)
     out = []
     for layer in range(cfg.num_hidden_layers):

@@ -77,15 +77,11 @@ def adapter_ms_per_step(row: dict[str, Any], gen_len: int) -> float | None:
 
 def adapter_bytes_per_step(shape: str, rank: int, modules: str | list[str] = "all-linear") -> int:
     """Bytes of the adapter's A and B matrices (bf16) on a dense shape: what each decode step has to read."""
-    from verl_sglang_lora.tools.benchmarks import SHAPES
+    from verl_sglang_lora.tools.benchmarks import SHAPES, projection_dims
 
-    c = SHAPES[shape]
-    hidden, q, kv = c["hidden_size"], c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
-    inter = c["intermediate_size"]
-    in_out = {"q_proj": (hidden, q), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (q, hidden),
-              "gate_proj": (hidden, inter), "up_proj": (hidden, inter), "down_proj": (inter, hidden)}
-    names = list(in_out) if modules == "all-linear" else modules
-    return 2 * rank * c["num_hidden_layers"] * sum(sum(in_out[m]) for m in names)
+    dims = projection_dims(SHAPES[shape])
+    names = list(dims) if modules == "all-linear" else modules
+    return 2 * rank * SHAPES[shape]["num_hidden_layers"] * sum(sum(dims[m]) for m in names)
 
 
 def fastest(rows: list[dict[str, Any]]) -> str | None:
